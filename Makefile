@@ -1,0 +1,35 @@
+# smart_replay: `make demo` runs the demo, `make test` runs every check.
+# Both create .venv and install the pinned dependencies when needed.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo install bazel-check clean
+
+install: $(STAMP)
+
+$(STAMP): setup.py constraints.txt
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 9) <= v <= (3, 11) else "smart_replay needs CPython 3.9-3.11 (Reverb 0.14 has no wheels past 3.11); found %d.%d at $(PYTHON). Set PYTHON=/path/to/python3.11." % v)'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip wheel setuptools
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+	@if command -v bazel >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory bazel-check; \
+	else echo "bazel not on PATH: skipping the BUILD check (apt-get install bazel-bootstrap)"; fi
+
+bazel-check:
+	bazel query //... >/dev/null
+	bazel build $$(bazel query 'kind(py_library, //...)' 2>/dev/null)
+
+demo: $(STAMP)
+	$(PY) scripts/demo.py --output_dir=demo_output
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info demo_output
+	-bazel clean 2>/dev/null

@@ -1,0 +1,25 @@
+"""smart_replay: a Reverb replay buffer manager for TF-Agents."""
+
+import setuptools
+
+setuptools.setup(
+    name='smart_replay',
+    version='0.1.0',
+    description=('A Reverb replay buffer for TF-Agents: built from the '
+                 'collect_data_spec, validated, checkpointed and resumed safely.'),
+    packages=setuptools.find_packages(include=['smart_replay', 'smart_replay.*']),
+    # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
+    python_requires='>=3.9,<3.12',
+    install_requires=[
+        'dm-reverb==0.14.0',
+        'tensorflow==2.15.1',  # the only TensorFlow package; Reverb 0.14 needs ~=2.15
+        'tf-agents==0.19.0',
+        'tensorflow-probability==0.23.0',  # matches TF 2.15 and tf-agents 0.19
+        'dm-tree',
+        'absl-py',
+        'gin-config',
+        'numpy<2',
+        'tqdm',
+    ],
+    extras_require={'test': ['pytest>=7']},
+)

@@ -1,0 +1,105 @@
+"""Reading Reverb checkpoint folders without a server.
+
+A Reverb 0.14 checkpoint is a folder holding `tables.tfrecord`,
+`items.tfrecord` and `chunks.tfrecord` (ZLIB-compressed TFRecords of the protos
+in `reverb.cc.checkpointing.checkpoint_pb2` / `reverb.cc.schema_pb2`) and an
+empty `DONE` marker written last. This module checks such a folder for
+completeness, fingerprints its files and counts its items per table.
+"""
+
+import collections
+import hashlib
+import os
+from typing import Dict, List
+
+import tensorflow as tf
+from reverb.cc import schema_pb2
+
+DATA_FILES = ('tables.tfrecord', 'items.tfrecord', 'chunks.tfrecord')
+DONE_FILE = 'DONE'
+_COMPRESSION = 'ZLIB'
+
+
+def missing_files(path: str) -> List[str]:
+  """Lists the Reverb files a complete checkpoint needs but `path` lacks.
+
+  Args:
+    path: a checkpoint folder.
+
+  Returns:
+    Names of missing files (empty when the folder is complete).
+  """
+  return [name for name in DATA_FILES + (DONE_FILE,)
+          if not os.path.isfile(os.path.join(path, name))]
+
+
+def is_reverb_checkpoint(path: str) -> bool:
+  """Returns True if `path` is a folder with a `DONE` marker and Reverb data."""
+  return os.path.isdir(path) and not missing_files(path)
+
+
+def file_digests(path: str) -> Dict[str, dict]:
+  """Fingerprints the data files of a checkpoint.
+
+  Args:
+    path: a complete checkpoint folder.
+
+  Returns:
+    `{file_name: {'bytes': size, 'sha256': hex digest}}` for each data file.
+  """
+  digests = {}
+  for name in DATA_FILES:
+    sha = hashlib.sha256()
+    with open(os.path.join(path, name), 'rb') as f:
+      for block in iter(lambda: f.read(1 << 20), b''):
+        sha.update(block)
+    digests[name] = {'bytes': os.path.getsize(os.path.join(path, name)),
+                     'sha256': sha.hexdigest()}
+  return digests
+
+
+def digest_mismatches(path: str, expected: Dict[str, dict]) -> List[str]:
+  """Compares a checkpoint's files with the digests recorded for them.
+
+  Args:
+    path: a checkpoint folder.
+    expected: what `file_digests` returned when the checkpoint was written.
+
+  Returns:
+    One readable line per missing or changed file (empty when all match).
+  """
+  problems = [f'{name} is missing' for name in missing_files(path)]
+  if problems:
+    return problems
+  actual = file_digests(path)
+  for name, want in expected.items():
+    got = actual.get(name)
+    if got is None:
+      problems.append(f'{name} is missing')
+    elif got['bytes'] != want['bytes']:
+      problems.append(f'{name} has {got["bytes"]} bytes, expected '
+                      f'{want["bytes"]}')
+    elif got['sha256'] != want['sha256']:
+      problems.append(f'{name} content changed (sha256 {got["sha256"][:12]}…, '
+                      f'expected {want["sha256"][:12]}…)')
+  return problems
+
+
+def count_items(path: str) -> Dict[str, int]:
+  """Counts the items stored per table in a checkpoint, reading its files.
+
+  Args:
+    path: a complete checkpoint folder.
+
+  Returns:
+    `{table_name: number_of_items}`.
+
+  Raises:
+    tf.errors.DataLossError: if `items.tfrecord` is damaged.
+  """
+  counts = collections.Counter()
+  records = tf.data.TFRecordDataset(os.path.join(path, 'items.tfrecord'),
+                                    compression_type=_COMPRESSION)
+  for record in records.as_numpy_iterator():
+    counts[schema_pb2.PrioritizedItem.FromString(record).table] += 1
+  return dict(counts)

@@ -1,0 +1,141 @@
+"""A `tf.data` pipeline sampling a Reverb table, with a timeout that explains itself.
+
+The dataset yields what `tf_agents.train.Learner` expects from
+`ReverbReplayBuffer.as_dataset`: `(trajectory, info)` with trajectory leaves of
+shape `[batch, num_steps, ...]` and a `reverb.SampleInfo` broadcast to
+`[batch, num_steps]`.
+
+A Reverb sampler waits forever on an empty table by default. Here every wait
+is bounded: when the rate limiter does not allow a sample within the timeout,
+the iterator raises a `tf.errors.OpError` whose message starts with
+`WaitTimeoutError: Timed out after ...` and names the table, its size and the
+limiter, instead of the bare end-of-sequence Reverb gives. A new iterator over the same
+dataset samples again (a timed-out Reverb iterator never recovers, so create a
+new one with `iter(dataset)` once data is there).
+"""
+
+from typing import Any, Optional
+
+import reverb
+import tensorflow as tf
+
+from smart_replay import errors
+from smart_replay import server as server_lib
+
+
+def _timeout_message(client: reverb.Client, table: str, timeout_s: float
+                     ) -> str:
+  try:
+    info = server_lib.server_info(client, 5.0)[table]
+    limiter = info.rate_limiter_info
+    state = (f'the table holds {info.current_size} items and sampling needs '
+             f'at least min_size_to_sample={limiter.min_size_to_sample}')
+    if limiter.max_diff < 1e300:  # A samples-per-insert limiter.
+      state += (f'; its samples_per_insert={limiter.samples_per_insert:g} '
+                f'limiter allows sampling within [{limiter.min_diff:g}, '
+                f'{limiter.max_diff:g}] of the insert count')
+  except errors.WaitTimeoutError as e:
+    state = f'the server did not answer either ({e})'
+  return (f'Timed out after {timeout_s:g} s waiting to sample from Reverb table '
+          f'{table!r} at {client.server_address}: {state}. Write more data '
+          'through the observer (and flush it), or raise sample_timeout_s. '
+          'Iterate the dataset again (iter(dataset)) to resume sampling.')
+
+
+def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
+                 sequence_length: int, batch_size: int,
+                 num_steps: Optional[int] = None,
+                 timeout_s: Optional[float] = 60.0,
+                 max_in_flight_samples_per_worker: Optional[int] = None,
+                 num_workers_per_iterator: int = -1,
+                 prefetch: int = 2) -> tf.data.Dataset:
+  """Builds a batched, prefetched dataset sampling `table`.
+
+  Args:
+    client: a client of the server holding `table`.
+    table: the table to sample.
+    data_spec: the spec of one step (without the time dimension).
+    sequence_length: steps per stored item.
+    batch_size: items per batch, >= 1.
+    num_steps: steps per sample; must divide `sequence_length` (each item is
+      then split into `sequence_length // num_steps` samples). None means
+      `sequence_length`.
+    timeout_s: seconds to wait for the rate limiter to allow a sample before
+      raising; None waits forever (not recommended).
+    max_in_flight_samples_per_worker: Reverb prefetch depth; default
+      2 * batch_size.
+    num_workers_per_iterator: Reverb sampler threads (-1: auto). Use 1 for FIFO
+      and LIFO tables to keep their order.
+    prefetch: batches to prefetch.
+
+  Returns:
+    A `tf.data.Dataset` of `(trajectory, reverb.SampleInfo)` batches.
+
+  Raises:
+    ValueError: if `batch_size`, `num_steps` or `timeout_s` is invalid; the
+      message names the argument and its value.
+  """
+  if not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError(f'batch_size must be an integer >= 1, got {batch_size!r}.')
+  num_steps = sequence_length if num_steps is None else num_steps
+  if (not isinstance(num_steps, int) or num_steps < 1 or
+      sequence_length % num_steps):
+    raise ValueError(
+        f'num_steps={num_steps!r} must be a positive divisor of the buffer\'s '
+        f'sequence_length={sequence_length} (items hold {sequence_length} '
+        'steps; other lengths would silently drop steps).')
+  if timeout_s is not None and timeout_s <= 0:
+    raise ValueError(f'timeout_s must be > 0 seconds or None, got '
+                     f'{timeout_s!r}.')
+  shapes = tf.nest.map_structure(
+      lambda s: tf.TensorShape([sequence_length] + s.shape.as_list()), data_spec)
+  dtypes = tf.nest.map_structure(lambda s: s.dtype, data_spec)
+  dataset = reverb.TrajectoryDataset(
+      client.server_address, table, dtypes, shapes,
+      max_in_flight_samples_per_worker=(max_in_flight_samples_per_worker or
+                                        2 * batch_size),
+      num_workers_per_iterator=num_workers_per_iterator,
+      rate_limiter_timeout_ms=-1 if timeout_s is None else int(timeout_s * 1000))
+
+  def to_learner_format(sample):
+    info = tf.nest.map_structure(lambda t: tf.broadcast_to(t, [num_steps]),
+                                 sample.info)
+    return sample.data, info
+
+  if num_steps == sequence_length:
+    dataset = dataset.map(to_learner_format)
+  else:
+    pieces = sequence_length // num_steps
+
+    def split(sample):
+      data = tf.nest.map_structure(
+          lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
+          sample.data)
+      info = tf.nest.map_structure(
+          lambda t: tf.broadcast_to(t, [pieces, num_steps]), sample.info)
+      return data, info
+    dataset = dataset.map(split).unbatch()
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  if timeout_s is not None:
+    dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
+                                                table, timeout_s))
+  return dataset.prefetch(prefetch)
+
+
+def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:
+  """One element that raises a descriptive error when it is produced.
+
+  Reverb ends a sampling stream only when its rate-limiter timeout expires, so
+  reaching this element means the dataset waited `timeout_s` for data.
+  """
+  def fail():  # Never returns: producing this element is the timeout.
+    raise errors.WaitTimeoutError(_timeout_message(client, table, timeout_s))
+
+  def raise_instead(*element):
+    trigger = tf.py_function(fail, [], tf.bool)
+    with tf.control_dependencies([trigger]):
+      return tf.nest.map_structure(tf.identity, element)
+
+  zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+                                element_spec)
+  return tf.data.Dataset.from_tensors(zeros).map(raise_instead)

@@ -1,0 +1,46 @@
+"""Exceptions raised by smart_replay.
+
+Every error subclasses `SmartReplayError` and also the builtin exception a
+caller would naturally catch (`ValueError`, `FileExistsError`, ...), so code
+written against plain Python exceptions keeps working.
+"""
+
+
+class SmartReplayError(Exception):
+  """Base class of every error raised by smart_replay."""
+
+
+class CheckpointExistsError(SmartReplayError, FileExistsError):
+  """A new buffer was requested in a directory that already holds checkpoints."""
+
+
+class CheckpointNotFoundError(SmartReplayError, FileNotFoundError):
+  """No complete checkpoint was found where one was expected."""
+
+
+class CheckpointCorruptError(SmartReplayError, IOError):
+  """A checkpoint is incomplete, damaged, or does not restore what it claims."""
+
+
+class ManifestMismatchError(SmartReplayError, ValueError):
+  """A checkpoint was written with a configuration other than the requested one.
+
+  Attributes:
+    differences: list of `(field, stored_value, requested_value)` tuples.
+  """
+
+  def __init__(self, message, differences=()):
+    super().__init__(message)
+    self.differences = list(differences)
+
+
+class TrajectorySpecError(SmartReplayError, ValueError):
+  """A trajectory written to the buffer does not match the buffer's data spec."""
+
+
+class WaitTimeoutError(SmartReplayError, TimeoutError):
+  """A wait on the Reverb server (connect, sample, flush, checkpoint) timed out."""
+
+
+class ManagerStateError(SmartReplayError, RuntimeError):
+  """A manager method was called in a state where it cannot work (e.g. closed)."""

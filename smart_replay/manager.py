@@ -1,0 +1,549 @@
+"""`ReplayBufferManager`: a Reverb replay buffer for TF-Agents that keeps its word.
+
+Data flows one way: spec -> table configs -> server -> observer / dataset ->
+checkpoint. The manager owns one in-process Reverb server and fixes what plain
+Reverb gets wrong by default: it never restores a checkpoint silently, never
+lets a checkpoint's stored config override the requested one, never stores a
+step that does not match the spec, never waits without a timeout, and never lets
+Reverb's pruning delete a checkpoint it should keep.
+"""
+
+import concurrent.futures
+import os
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from absl import logging
+import gin
+import reverb
+from tf_agents.replay_buffers import reverb_replay_buffer
+
+from smart_replay import checkpoint_files
+from smart_replay import checkpoints as checkpoints_lib
+from smart_replay import dataset as dataset_lib
+from smart_replay import errors
+from smart_replay import manifest as manifest_lib
+from smart_replay import observer as observer_lib
+from smart_replay import server as server_lib
+from smart_replay import specs
+from smart_replay import tables as tables_lib
+
+
+def _positive(name: str, value, *, integer: bool = False):
+  kind = int if integer else (int, float)
+  if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+    expected = 'a positive integer' if integer else 'a positive number'
+    raise ValueError(f'{name} must be {expected}, got {value!r}.')
+
+
+@gin.configurable
+class ReplayBufferManager:
+  """Creates, loads, samples, clears and checkpoints a Reverb replay buffer.
+
+  Typical use::
+
+      manager = ReplayBufferManager(data_spec=agent.collect_data_spec,
+                                    capacity=50_000,
+                                    checkpoint_dir='buffers/run1',
+                                    sequence_length=2)
+      replay_buffer, observer = manager.create_replay_buffer()
+      dataset = manager.get_dataset(batch_size=64, num_steps=2)
+      path = manager.checkpoint()
+      manager.close()
+
+  Args:
+    data_spec: spec of one step, e.g. `agent.collect_data_spec` (nested
+      structures, dict observations and `policy_info` are fine).
+    capacity: items the default table holds (and the default `max_size` of
+      every table config without one).
+    checkpoint_dir: this buffer's directory; checkpoints are written to
+      `checkpoint_dir/checkpoints/ckpt-N` (see `smart_replay.checkpoints`).
+    sequence_length: steps per item, >= 1.
+    stride_length: steps between consecutive item starts, >= 1.
+    table_configs: the tables to serve; default one uniform table named
+      'experience'. The observer writes every item to every table; the first
+      table is the one `replay_buffer` and `num_frames()` refer to.
+    keep_checkpoints: complete checkpoints to keep on disk, >= 1.
+    sample_timeout_s: how long sampling waits for data before raising.
+    write_timeout_s: how long observer flushes and episode ends wait for the
+      server to accept items before raising.
+    connect_timeout_s: how long to wait for the server to answer.
+    checkpoint_timeout_s: how long `checkpoint()` waits for Reverb to write.
+    port: the server's port; None picks a free one.
+
+  Raises:
+    ValueError: if an argument is invalid; the message names it and its value.
+  """
+
+  def __init__(self, data_spec: Any, capacity: int, checkpoint_dir: str,
+               sequence_length: int = 2, *, stride_length: int = 1,
+               table_configs: Optional[Sequence[tables_lib.TableConfig]] = None,
+               keep_checkpoints: int = 2, sample_timeout_s: float = 60.0,
+               write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
+               checkpoint_timeout_s: float = 600.0,
+               port: Optional[int] = None):
+    specs.validate_data_spec(data_spec)
+    _positive('capacity', capacity, integer=True)
+    _positive('sequence_length', sequence_length, integer=True)
+    _positive('stride_length', stride_length, integer=True)
+    for name, value in (('sample_timeout_s', sample_timeout_s),
+                        ('write_timeout_s', write_timeout_s),
+                        ('connect_timeout_s', connect_timeout_s),
+                        ('checkpoint_timeout_s', checkpoint_timeout_s)):
+      _positive(name, value)
+    if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(
+        checkpoint_dir):
+      raise ValueError(f'checkpoint_dir must be a non-empty path, got '
+                       f'{checkpoint_dir!r}.')
+    configs = list(table_configs or [tables_lib.TableConfig()])
+    for config in configs:
+      if not isinstance(config, tables_lib.TableConfig):
+        raise ValueError(f'table_configs entries must be TableConfig, got '
+                         f'{config!r}.')
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+      raise ValueError(f'table_configs names must be unique, got {names}.')
+
+    self._data_spec = data_spec
+    self._capacity = capacity
+    self._sequence_length = sequence_length
+    self._stride_length = stride_length
+    self._table_configs = [c.with_capacity(capacity) for c in configs]
+    self._sample_timeout_s = float(sample_timeout_s)
+    self._write_timeout_s = float(write_timeout_s)
+    self._connect_timeout_s = float(connect_timeout_s)
+    self._checkpoint_timeout_s = float(checkpoint_timeout_s)
+    self._port = port
+    self._signature = specs.table_signature(data_spec, sequence_length)
+    self._config = manifest_lib.build_config(
+        data_spec=data_spec, sequence_length=sequence_length,
+        stride_length=stride_length, capacity=capacity,
+        table_configs=self._table_configs)
+    self._store = checkpoints_lib.CheckpointStore(str(checkpoint_dir),
+                                                  keep=keep_checkpoints)
+    self._server = None
+    self._client = None
+    self._replay_buffer = None
+    self._observers = []
+    self._steps_offset = 0
+    self._episodes_offset = 0
+    self._closed = False
+
+  # ----------------------------------------------------------------- start-up
+
+  def create_replay_buffer(self, *, overwrite: bool = False
+                           ) -> Tuple[reverb_replay_buffer.ReverbReplayBuffer,
+                                      observer_lib.TrajectoryObserver]:
+    """Starts a server with an empty buffer.
+
+    Args:
+      overwrite: delete the checkpoints already in `checkpoint_dir` instead of
+        refusing to start.
+
+    Returns:
+      `(replay_buffer, observer)`: a TF-Agents `ReverbReplayBuffer` on the
+      first table, and an observer for `tf_agents.train.Actor`.
+
+    Raises:
+      CheckpointExistsError: if `checkpoint_dir` already holds checkpoints and
+        `overwrite` is False.
+      ManagerStateError: if the manager is already started or closed.
+      CheckpointCorruptError: if the new server is not empty.
+    """
+    self._require_state(started=False)
+    existing = self._store.existing_data()
+    if existing and not overwrite:
+      raise errors.CheckpointExistsError(
+          f'{self._store.root} already holds a replay buffer checkpoint '
+          f'({existing[-1]}); Reverb would silently restore it. Call '
+          'load_replay_buffer() to continue that buffer, or pass '
+          'overwrite=True to delete it and start empty.')
+    if existing:
+      self._store.wipe()
+    self._start(fallback=None)
+    sizes = self._sizes()
+    if any(sizes.values()):
+      self._stop_server()
+      raise errors.CheckpointCorruptError(
+          f'the new server in {self._store.root} is not empty ({sizes}); '
+          'something restored data into it.')
+    return self._replay_buffer, self._observers[0]
+
+  def load_replay_buffer(self, source: Optional[str] = None, *,
+                         overwrite: bool = False
+                         ) -> Tuple[reverb_replay_buffer.ReverbReplayBuffer,
+                                    observer_lib.TrajectoryObserver]:
+    """Starts a server restored from a checkpoint, or fails loudly.
+
+    The checkpoint's manifest is compared with this manager's configuration
+    before any server starts; the newest checkpoint that verifies is used, and
+    a damaged newest checkpoint falls back to the previous one with a warning.
+    Loading from another buffer (e.g. a starter buffer) reads it and never
+    writes there: new checkpoints go to this manager's `checkpoint_dir`.
+
+    Args:
+      source: None to resume this manager's `checkpoint_dir`; or another
+        buffer directory, or one specific `ckpt-N` folder, to start from.
+      overwrite: when `source` is another buffer, allow deleting checkpoints
+        already in `checkpoint_dir`.
+
+    Returns:
+      `(replay_buffer, observer)` as in `create_replay_buffer`.
+
+    Raises:
+      CheckpointNotFoundError: if there is no checkpoint at `source`.
+      ManifestMismatchError: if the checkpoint was written with another spec,
+        sequence length, capacity or table config; lists every difference.
+      CheckpointCorruptError: if no checkpoint at `source` is usable.
+      CheckpointExistsError: if loading another buffer into a non-empty
+        `checkpoint_dir` without `overwrite`.
+      ManagerStateError: if the manager is already started or closed.
+    """
+    self._require_state(started=False)
+    source = os.path.abspath(source) if source else self._store.root
+    inside = os.path.commonpath([source, self._store.root]) == self._store.root
+    candidates = checkpoints_lib.find_checkpoints(source)
+    if not inside:
+      existing = self._store.existing_data()
+      if existing and not overwrite:
+        raise errors.CheckpointExistsError(
+            f'{self._store.root} already holds checkpoints ({existing[-1]}); '
+            f'loading {source} into it would mix two buffers. Call '
+            'load_replay_buffer() without a source to continue this buffer, or '
+            'pass overwrite=True to replace it.')
+      if existing:
+        self._store.wipe()
+    problems = []
+    for path in candidates:
+      try:
+        self._start_from(path)
+      except errors.CheckpointCorruptError as e:
+        problems.append(str(e))
+        logging.warning('%s', e)
+        continue
+      if problems:
+        logging.warning('Loaded %s because newer checkpoints are unusable: %s',
+                        path, ' | '.join(problems))
+      return self._replay_buffer, self._observers[0]
+    raise errors.CheckpointCorruptError(
+        f'no usable checkpoint in {source}: ' + ' | '.join(problems))
+
+  def _start_from(self, path: str) -> None:
+    """Verifies `path`, compares its manifest, starts and checks the server."""
+    manifest = checkpoints_lib.verify(path)
+    diffs = manifest_lib.diff_config(manifest, self._config)
+    if diffs:
+      raise errors.ManifestMismatchError(
+          f'checkpoint {path} was written with a different configuration '
+          f'({len(diffs)} difference(s)):\n'
+          + manifest_lib.format_differences(diffs)
+          + '\nPass the checkpoint\'s values to ReplayBufferManager, or create '
+          'a new buffer.', diffs)
+    try:
+      self._start(fallback=path)
+    except (RuntimeError, ValueError) as e:
+      if isinstance(e, errors.SmartReplayError):
+        raise
+      raise errors.CheckpointCorruptError(
+          f'Reverb could not restore {path}: {e}') from e
+    restored = self._sizes()
+    expected = {name: c['items']
+                for name, c in manifest['counts']['tables'].items()}
+    if restored != expected:
+      self._stop_server()
+      raise errors.CheckpointCorruptError(
+          f'checkpoint {path} restored {restored} items, but its manifest '
+          f'records {expected}.')
+    self._steps_offset = manifest['counts']['env_steps']
+    self._episodes_offset = manifest['counts']['episodes']
+    logging.info('Loaded replay buffer from %s: %s items, %d env steps.', path,
+                 restored, self._steps_offset)
+
+  def _start(self, fallback: Optional[str]) -> None:
+    tables = [tables_lib.make_table(c, self._signature)
+              for c in self._table_configs]
+    root = self._store.prepare_reverb_root()
+    self._server, self._client = server_lib.start_local_server(
+        tables, checkpoint_root=root, fallback_checkpoint=fallback,
+        port=self._port, connect_timeout_s=self._connect_timeout_s)
+    info = server_lib.server_info(self._client, self._connect_timeout_s)
+    diffs = [d for t in tables
+             for d in tables_lib.running_table_differences(t, info[t.name])]
+    if diffs:
+      self._stop_server()
+      raise errors.ManifestMismatchError(
+          'the Reverb server does not serve the requested tables (a restored '
+          'checkpoint overrode them):\n'
+          + manifest_lib.format_differences(diffs, 'running', 'requested'),
+          diffs)
+    self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
+        self._data_spec, table_name=self._table_configs[0].name,
+        sequence_length=self._sequence_length, local_server=self._server,
+        rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
+    self.make_observer()
+
+  # ------------------------------------------------------------------ writing
+
+  def make_observer(self, *, priority: float = 1.0
+                    ) -> observer_lib.TrajectoryObserver:
+    """Creates another observer on this buffer (e.g. one per actor thread).
+
+    Args:
+      priority: initial priority of the items it writes.
+
+    Returns:
+      A `TrajectoryObserver` writing to every table; the manager flushes and
+      closes it with the buffer.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    obs = observer_lib.TrajectoryObserver(
+        self._client, table_names=[c.name for c in self._table_configs],
+        data_spec=self._data_spec, sequence_length=self._sequence_length,
+        stride_length=self._stride_length, priority=priority,
+        timeout_s=self._write_timeout_s)
+    self._observers.append(obs)
+    return obs
+
+  # ----------------------------------------------------------------- sampling
+
+  def get_dataset(self, batch_size: int, num_steps: Optional[int] = None, *,
+                  table_name: Optional[str] = None,
+                  sample_timeout_s: Optional[float] = None,
+                  prefetch: int = 2) -> Any:
+    """Returns a `tf.data.Dataset` of batches for `tf_agents.train.Learner`.
+
+    Args:
+      batch_size: items per batch.
+      num_steps: steps per sample; a divisor of `sequence_length` (default:
+        `sequence_length`).
+      table_name: the table to sample; default the first table.
+      sample_timeout_s: overrides the manager's `sample_timeout_s`.
+      prefetch: batches to prefetch.
+
+    Returns:
+      A dataset of `(Trajectory[batch, num_steps, ...], SampleInfo)`. When no
+      sample is allowed within the timeout its iterator raises an error naming
+      the table and its state; `iter(dataset)` again resumes.
+
+    Raises:
+      ValueError: if an argument is invalid or the table is unknown.
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    config = self._table_config(table_name)
+    timeout = self._sample_timeout_s if sample_timeout_s is None else \
+        sample_timeout_s
+    _positive('sample_timeout_s', timeout)
+    ordered = config.sampler in ('fifo', 'lifo')
+    return dataset_lib.make_dataset(
+        self._client, table=config.name, data_spec=self._data_spec,
+        sequence_length=self._sequence_length, batch_size=batch_size,
+        num_steps=num_steps, timeout_s=timeout,
+        num_workers_per_iterator=1 if ordered else -1, prefetch=prefetch)
+
+  def _table_config(self, table_name: Optional[str]) -> tables_lib.TableConfig:
+    if table_name is None:
+      return self._table_configs[0]
+    for config in self._table_configs:
+      if config.name == table_name:
+        return config
+    raise ValueError(f'unknown table_name {table_name!r}; this buffer has '
+                     f'tables {[c.name for c in self._table_configs]}.')
+
+  # ------------------------------------------------------------ checkpointing
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Flushes the observers and writes a verified checkpoint.
+
+    Args:
+      extra: JSON-serializable metadata stored in the manifest (e.g.
+        `{'train_step': 1000}`).
+
+    Returns:
+      The checkpoint folder, `checkpoint_dir/checkpoints/ckpt-N`.
+
+    Raises:
+      WaitTimeoutError: if flushing or writing takes longer than the timeouts.
+      CheckpointCorruptError: if Reverb's output is missing or incomplete.
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    self.flush()
+    before = self._sizes()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+      reverb_path = pool.submit(self._client.checkpoint).result(
+          timeout=self._checkpoint_timeout_s)
+    except concurrent.futures.TimeoutError as e:
+      raise errors.WaitTimeoutError(
+          f'Reverb did not finish writing a checkpoint to '
+          f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} s '
+          '(it may still be writing; raise checkpoint_timeout_s for large '
+          'buffers).') from e
+    finally:
+      pool.shutdown(wait=False)
+    table_stats = self.stats()['tables']
+    if {name: s['items'] for name, s in table_stats.items()} != before:
+      # Something wrote while saving: count what the files really hold.
+      stored = checkpoint_files.count_items(reverb_path)
+      for name, s in table_stats.items():
+        s['items'] = stored.get(name, 0)
+    counts = {'tables': table_stats, 'env_steps': self._env_steps(),
+              'episodes': self._episodes()}
+    path = self._store.commit(
+        reverb_path, lambda name, files: manifest_lib.build_manifest(
+            self._config, counts=counts, files=files, checkpoint_name=name,
+            extra=extra))
+    logging.info('Checkpointed %s items, %d env steps to %s',
+                 {n: s['items'] for n, s in table_stats.items()},
+                 counts['env_steps'], path)
+    return path
+
+  # ------------------------------------------------------------------- counts
+
+  def _sizes(self) -> Dict[str, int]:
+    info = server_lib.server_info(self._client, self._connect_timeout_s)
+    return {c.name: info[c.name].current_size for c in self._table_configs}
+
+  def _env_steps(self) -> int:
+    return self._steps_offset + sum(o.num_steps for o in self._observers)
+
+  def _episodes(self) -> int:
+    return self._episodes_offset + sum(o.num_episodes for o in self._observers)
+
+  def num_frames(self) -> int:
+    """Returns the number of items in the first table (the seed's meaning).
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    return self._sizes()[self._table_configs[0].name]
+
+  def stats(self) -> Dict[str, Any]:
+    """Returns what the buffer holds and has done.
+
+    Returns:
+      `{'tables': {name: {'items', 'max_size', 'inserts', 'samples',
+      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n}`, where
+      `env_steps`/`episodes` count the steps and episodes written through this
+      buffer's observers (carried over from the loaded checkpoint).
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    info = server_lib.server_info(self._client, self._connect_timeout_s)
+    tables = {}
+    for config in self._table_configs:
+      t = info[config.name]
+      tables[config.name] = {
+          'items': t.current_size,
+          'max_size': t.max_size,
+          'inserts': t.rate_limiter_info.insert_stats.completed,
+          'samples': t.rate_limiter_info.sample_stats.completed,
+          'episodes': t.num_episodes,
+          'unique_samples': t.num_unique_samples,
+      }
+    return {'tables': tables, 'env_steps': self._env_steps(),
+            'episodes': self._episodes()}
+
+  # ---------------------------------------------------------------- lifecycle
+
+  @property
+  def replay_buffer(self) -> reverb_replay_buffer.ReverbReplayBuffer:
+    """The TF-Agents replay buffer on the first table (None before start)."""
+    return self._replay_buffer
+
+  @property
+  def observer(self) -> Optional[observer_lib.TrajectoryObserver]:
+    """The observer returned by create/load (None before start)."""
+    return self._observers[0] if self._observers else None
+
+  @property
+  def server_address(self) -> Optional[str]:
+    """'localhost:PORT' of the running server (None before start)."""
+    return self._client.server_address if self._client else None
+
+  @property
+  def checkpoint_dir(self) -> str:
+    """The absolute buffer directory."""
+    return self._store.root
+
+  def flush(self) -> None:
+    """Flushes every observer of this manager.
+
+    Raises:
+      WaitTimeoutError: if the server does not accept pending items in time.
+    """
+    for obs in self._observers:
+      obs.flush()
+
+  def clear(self) -> None:
+    """Empties every table of the running server; checkpoints are untouched.
+
+    Observers are flushed first and their current episode is closed, so items
+    written after `clear()` hold only steps written after it. Counters in
+    `stats()` restart at zero.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if flushing the observers times out.
+    """
+    self._require_state(started=True)
+    for obs in self._observers:
+      obs.end_episode()
+    for config in self._table_configs:
+      self._client.reset(config.name)
+    self._steps_offset = -sum(o.num_steps for o in self._observers)
+    self._episodes_offset = -sum(o.num_episodes for o in self._observers)
+
+  def close(self) -> None:
+    """Flushes and closes the observers, then stops the server.
+
+    Safe to call more than once. The server is stopped even if a flush fails;
+    the flush error is raised afterwards.
+
+    Raises:
+      WaitTimeoutError: if an observer could not flush in time.
+    """
+    if self._closed:
+      return
+    self._closed = True
+    failure = None
+    for obs in self._observers:
+      try:
+        obs.close()
+      except errors.WaitTimeoutError as e:
+        failure = failure or e
+        logging.error('Closing observer failed: %s', e)
+    self._stop_server()
+    if failure:
+      raise failure
+
+  def _stop_server(self) -> None:
+    if self._server is not None:
+      self._server.stop()
+    self._server = self._client = self._replay_buffer = None
+    self._observers = []
+
+  def _require_state(self, *, started: bool) -> None:
+    if self._closed:
+      raise errors.ManagerStateError(
+          f'this ReplayBufferManager ({self._store.root}) is closed; create a '
+          'new one.')
+    if started and self._server is None:
+      raise errors.ManagerStateError(
+          'the buffer is not started; call create_replay_buffer() or '
+          'load_replay_buffer() first.')
+    if not started and self._server is not None:
+      raise errors.ManagerStateError(
+          f'the buffer is already started (server at {self.server_address}).')
+
+  def __enter__(self) -> 'ReplayBufferManager':
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

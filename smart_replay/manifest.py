@@ -1,0 +1,162 @@
+"""The manifest stored beside each checkpoint.
+
+Reverb restores a checkpoint's own table config (sampler, remover, max_size,
+rate limiter, signature) over whatever the new server asks for, without a word.
+The manifest records what the buffer was built with, so a load can compare it
+with what is requested *before* a server starts and list every difference.
+"""
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+from typing import Any, List, Optional, Tuple
+
+from smart_replay import specs
+from smart_replay import tables as tables_lib
+
+MANIFEST_NAME = 'manifest.json'
+FORMAT = 'smart_replay.manifest/1'
+# Fields that must match between a checkpoint and the manager that loads it.
+CONFIG_FIELDS = ('sequence_length', 'stride_length', 'capacity')
+_PACKAGES = ('smart_replay', 'dm-reverb', 'tensorflow', 'tf-agents',
+             'tensorflow-probability', 'numpy')
+
+
+def package_versions() -> dict:
+  """Returns the installed versions of the packages a buffer depends on."""
+  versions = {'python': platform.python_version()}
+  for name in _PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  return versions
+
+
+def build_config(*, data_spec: Any, sequence_length: int, stride_length: int,
+                 capacity: int,
+                 table_configs: List[tables_lib.TableConfig]) -> dict:
+  """Describes a buffer's configuration as a manifest would store it.
+
+  Args:
+    data_spec: the buffer's data spec.
+    sequence_length: steps per item.
+    stride_length: steps between the starts of consecutive items.
+    capacity: the manager's capacity (default table size).
+    table_configs: the resolved table configs.
+
+  Returns:
+    A JSON-serializable dict with `data_spec`, `sequence_length`,
+    `stride_length`, `capacity` and `tables`.
+  """
+  return {
+      'data_spec': specs.spec_to_json(data_spec),
+      'sequence_length': sequence_length,
+      'stride_length': stride_length,
+      'capacity': capacity,
+      'tables': [t.to_dict() for t in table_configs],
+  }
+
+
+def build_manifest(config: dict, *, counts: dict, files: dict,
+                   checkpoint_name: str, extra: Optional[dict] = None) -> dict:
+  """Assembles a full manifest for one checkpoint.
+
+  Args:
+    config: what `build_config` returned.
+    counts: `{'tables': {name: {...}}, 'env_steps': n, 'episodes': n}`.
+    files: what `checkpoint_files.file_digests` returned.
+    checkpoint_name: the checkpoint folder's name.
+    extra: optional user metadata (e.g. `{'train_step': 1000}`).
+
+  Returns:
+    The manifest dict.
+  """
+  return {
+      'format': FORMAT,
+      'checkpoint': checkpoint_name,
+      'created_utc': datetime.datetime.now(datetime.timezone.utc).isoformat(),
+      **config,
+      'counts': counts,
+      'files': files,
+      'extra': dict(extra or {}),
+      'versions': package_versions(),
+  }
+
+
+def write(path: str, manifest: dict) -> None:
+  """Writes `manifest` to `path` atomically (temp file, fsync, rename).
+
+  Args:
+    path: destination file path.
+    manifest: the manifest dict.
+  """
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(manifest, f, indent=2, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def read(path: str) -> dict:
+  """Reads a manifest file.
+
+  Args:
+    path: the manifest file.
+
+  Returns:
+    The manifest dict.
+
+  Raises:
+    FileNotFoundError: if the file does not exist.
+    ValueError: if it is not a smart_replay manifest (message names the path).
+  """
+  with open(path) as f:
+    try:
+      manifest = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f'{path} is not valid JSON: {e}') from e
+  if not isinstance(manifest, dict) or manifest.get('format') != FORMAT:
+    found = manifest.get('format') if isinstance(manifest, dict) else None
+    raise ValueError(f'{path} is not a smart_replay manifest (format '
+                     f'{found!r}, expected {FORMAT!r}).')
+  return manifest
+
+
+def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
+  """Lists every field where a stored config differs from a requested one.
+
+  Args:
+    stored: a manifest (or `build_config` result) from disk.
+    requested: what `build_config` returns for the loading manager.
+
+  Returns:
+    `(field, stored_value, requested_value)` tuples; empty when they match.
+  """
+  diffs = specs.diff_spec_leaves(stored['data_spec']['leaves'],
+                                 requested['data_spec']['leaves'])
+  for field in CONFIG_FIELDS:
+    if stored.get(field) != requested.get(field):
+      diffs.append((field, stored.get(field), requested.get(field)))
+  diffs += tables_lib.diff_table_configs(stored['tables'], requested['tables'])
+  return diffs
+
+
+def format_differences(diffs: List[Tuple[str, Any, Any]],
+                       left: str = 'checkpoint',
+                       right: str = 'requested') -> str:
+  """Formats differences as one indented line per field.
+
+  Args:
+    diffs: `(field, left_value, right_value)` tuples.
+    left: label of the first value.
+    right: label of the second value.
+
+  Returns:
+    A multi-line string, e.g. "  capacity: checkpoint=50000, requested=1000".
+  """
+  return '\n'.join(f'  {field}: {left}={a!r}, {right}={b!r}'
+                   for field, a, b in diffs)

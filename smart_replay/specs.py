@@ -1,0 +1,185 @@
+"""Data specs: flattening, table signatures, serialization and comparison.
+
+This is the first step of the data flow (spec -> table config -> server): it
+turns a TF-Agents `collect_data_spec` into the `signature=` of a Reverb table
+and into a JSON-friendly description that a checkpoint manifest can store and
+compare field by field.
+"""
+
+import base64
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tree
+from tf_agents.specs import tensor_spec
+
+
+class SpecLeaf(NamedTuple):
+  """One tensor of a data spec, addressed by its path in the nest.
+
+  Attributes:
+    path: the leaf's path, joined with '/' (e.g. 'observation/temperature').
+    dtype: numpy dtype name, e.g. 'float32'.
+    shape: the shape as a tuple; `None` for an unknown dimension.
+    minimum: lower bound for a bounded spec (a list), else None.
+    maximum: upper bound for a bounded spec (a list), else None.
+  """
+  path: str
+  dtype: str
+  shape: Tuple[Optional[int], ...]
+  minimum: Optional[list] = None
+  maximum: Optional[list] = None
+
+  def describe(self) -> str:
+    """Returns a short human-readable form, e.g. 'float32[3] in [-1, 1]'."""
+    text = f'{self.dtype}{list(self.shape)}'
+    if self.minimum is not None:
+      text += f' in [{_compact(self.minimum)}, {_compact(self.maximum)}]'
+    return text
+
+
+def _compact(values: list):
+  """Shows a bound list as a scalar when every element is the same."""
+  flat = np.asarray(values).ravel().tolist()
+  return flat[0] if flat and all(v == flat[0] for v in flat) else values
+
+
+def _join_path(path) -> str:
+  return '/'.join(str(p) for p in path) or '<root>'
+
+
+def validate_data_spec(data_spec: Any) -> None:
+  """Checks that `data_spec` is a non-empty nest of `tf.TensorSpec`.
+
+  Args:
+    data_spec: the nest to check, e.g. `agent.collect_data_spec`.
+
+  Raises:
+    ValueError: if the nest is empty or a leaf is not a `tf.TensorSpec`; the
+      message names the leaf's path and type.
+  """
+  leaves = tree.flatten_with_path(data_spec)
+  if not leaves:
+    raise ValueError(
+        f'data_spec is empty ({data_spec!r}); expected a nest of tf.TensorSpec '
+        'such as agent.collect_data_spec.')
+  for path, leaf in leaves:
+    if not isinstance(leaf, tf.TensorSpec):
+      raise ValueError(
+          f'data_spec field {_join_path(path)!r} is a {type(leaf).__name__} '
+          f'({leaf!r}); expected a tf.TensorSpec. Pass agent.collect_data_spec '
+          'or convert array specs with tensor_spec.from_spec().')
+
+
+def flatten_spec(data_spec: Any) -> List[SpecLeaf]:
+  """Flattens a spec nest into `SpecLeaf`s in `tree.flatten` order.
+
+  Args:
+    data_spec: a nest of `tf.TensorSpec` (bounded specs keep their bounds).
+
+  Returns:
+    One `SpecLeaf` per tensor, in the order `tree.flatten` yields them.
+  """
+  leaves = []
+  for path, spec in tree.flatten_with_path(data_spec):
+    minimum = maximum = None
+    if isinstance(spec, tensor_spec.BoundedTensorSpec):
+      minimum = np.asarray(spec.minimum).tolist()
+      maximum = np.asarray(spec.maximum).tolist()
+    leaves.append(SpecLeaf(
+        path=_join_path(path),
+        dtype=spec.dtype.name,
+        shape=tuple(spec.shape.as_list()) if spec.shape.rank is not None else (),
+        minimum=minimum,
+        maximum=maximum))
+  return leaves
+
+
+def table_signature(data_spec: Any, sequence_length: int) -> Any:
+  """Builds the Reverb table signature for items of `sequence_length` steps.
+
+  Bounded specs become plain `tf.TensorSpec` (Reverb signatures carry dtype and
+  shape only) and every leaf gets an outer time dimension.
+
+  Args:
+    data_spec: a nest of `tf.TensorSpec`, e.g. `agent.collect_data_spec`.
+    sequence_length: number of steps per item, >= 1.
+
+  Returns:
+    The same nest of `tf.TensorSpec` with shape `[sequence_length, *shape]`.
+
+  Raises:
+    ValueError: if `sequence_length` < 1 or the spec is invalid.
+  """
+  if not isinstance(sequence_length, int) or sequence_length < 1:
+    raise ValueError(
+        f'sequence_length must be an integer >= 1, got {sequence_length!r}.')
+  validate_data_spec(data_spec)
+  return tree.map_structure_with_path(
+      lambda path, s: tf.TensorSpec([sequence_length] + s.shape.as_list(),
+                                    s.dtype, name=_join_path(path)),
+      data_spec)
+
+
+def spec_to_json(data_spec: Any) -> dict:
+  """Serializes a spec nest for a manifest.
+
+  Args:
+    data_spec: a nest of `tf.TensorSpec`.
+
+  Returns:
+    A dict with `leaves` (readable, one entry per tensor) and `proto` (the
+    TF-Agents spec proto, base64) from which `spec_from_json` rebuilds the nest.
+  """
+  proto = tensor_spec.to_proto(data_spec).SerializeToString()
+  return {
+      'leaves': [leaf._asdict() for leaf in flatten_spec(data_spec)],
+      'proto': base64.b64encode(proto).decode('ascii'),
+  }
+
+
+def spec_from_json(data: dict) -> Any:
+  """Rebuilds the spec nest stored by `spec_to_json`.
+
+  Args:
+    data: the dict `spec_to_json` returned.
+
+  Returns:
+    The original nest of `tf.TensorSpec`/`BoundedTensorSpec`.
+
+  Raises:
+    ValueError: if `data` has no `proto` entry.
+  """
+  if 'proto' not in data:
+    raise ValueError(f'stored spec has no "proto" entry; keys: {sorted(data)}')
+  from tensorflow.core.protobuf import struct_pb2  # pylint: disable=g-import-not-at-top
+  proto = struct_pb2.StructuredValue.FromString(base64.b64decode(data['proto']))
+  return tensor_spec.from_proto(proto)
+
+
+def diff_spec_leaves(stored: List[dict], requested: List[dict],
+                     prefix: str = 'data_spec') -> List[Tuple[str, str, str]]:
+  """Compares two flattened specs field by field.
+
+  Args:
+    stored: `SpecLeaf._asdict()` entries of one spec.
+    requested: the same for the other spec.
+    prefix: name prepended to each field path in the result.
+
+  Returns:
+    `(field, stored_description, requested_description)` per differing
+    tensor; a field missing on one side is described as '<missing>'.
+  """
+  def by_path(leaves):
+    return {leaf['path']: SpecLeaf(**{**leaf, 'shape': tuple(leaf['shape'])})
+            for leaf in leaves}
+  old, new = by_path(stored), by_path(requested)
+  diffs = []
+  for path in list(old) + [p for p in new if p not in old]:
+    a, b = old.get(path), new.get(path)
+    a_text = a.describe() if a else '<missing>'
+    b_text = b.describe() if b else '<missing>'
+    if a_text != b_text:
+      diffs.append((f'{prefix}/{path}', a_text, b_text))
+  return diffs
