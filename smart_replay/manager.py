@@ -545,5 +545,12 @@ class ReplayBufferManager:
   def __enter__(self) -> 'ReplayBufferManager':
     return self
 
-  def __exit__(self, *exc_info) -> None:
-    self.close()
+  def __exit__(self, exc_type, exc_value, traceback) -> None:
+    if exc_type is None:
+      self.close()
+      return
+    try:  # Do not mask the exception that is already propagating.
+      self.close()
+    except errors.SmartReplayError as e:
+      logging.error('While handling %s, close() failed: %s', exc_type.__name__,
+                    e)

@@ -1,0 +1,151 @@
+"""Shared fixtures: real TF-Agents environments, policies and specs; real Reverb."""
+
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import pytest
+import tensorflow as tf
+import tree
+from tf_agents.environments import random_py_environment
+from tf_agents.policies import random_py_policy
+from tf_agents.specs import array_spec
+from tf_agents.specs import tensor_spec
+from tf_agents.train import actor
+from tf_agents.train.utils import train_utils
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+import smart_replay
+
+OBSERVATION_SPEC = {
+    'temperature': array_spec.BoundedArraySpec((3,), np.float32, -10., 40.,
+                                               'temperature'),
+    'occupancy': array_spec.BoundedArraySpec((), np.int32, 0, 10, 'occupancy'),
+}
+ACTION_SPEC = array_spec.BoundedArraySpec((1,), np.float32, -1.0, 1.0, 'hvac')
+INFO_SPEC = {'log_probability': array_spec.ArraySpec((), np.float32)}
+
+
+def make_env(seed=0, max_duration=12):
+  """A real TF-Agents PyEnvironment with dict observations, variable episodes."""
+  return random_py_environment.RandomPyEnvironment(
+      OBSERVATION_SPEC, ACTION_SPEC, episode_end_probability=0.15,
+      reward_fn=lambda step_type, action, obs: np.float32(
+          obs['temperature'].sum()),
+      seed=seed, min_duration=2, max_duration=max_duration)
+
+
+def make_policy(env, seed=0):
+  """A real TF-Agents random policy that emits `policy_info`."""
+  return random_py_policy.RandomPyPolicy(
+      env.time_step_spec(), env.action_spec(), info_spec=INFO_SPEC, seed=seed)
+
+
+def collect_data_spec(env):
+  """The `collect_data_spec` an agent for `env` with INFO_SPEC would have."""
+  time_step_spec = tensor_spec.from_spec(env.time_step_spec())
+  return trajectory_lib.Trajectory(
+      step_type=time_step_spec.step_type,
+      observation=time_step_spec.observation,
+      action=tensor_spec.from_spec(env.action_spec()),
+      policy_info=tensor_spec.from_spec(INFO_SPEC),
+      next_step_type=time_step_spec.step_type,
+      reward=time_step_spec.reward,
+      discount=time_step_spec.discount)
+
+
+class Recorder:
+  """An Actor observer keeping every trajectory (to compute expected items)."""
+
+  def __init__(self):
+    self.steps = []
+
+  def __call__(self, trajectory):
+    self.steps.append(tree.map_structure(np.array, trajectory))
+
+
+def expected_items(steps, sequence_length, stride_length=1):
+  """Items a correct observer makes from `steps`: windows within one episode."""
+  items, episode = [], []
+  for step in steps:
+    episode.append(step)
+    excess = len(episode) - sequence_length
+    if excess >= 0 and excess % stride_length == 0:
+      items.append(episode[-sequence_length:])
+    if step.is_boundary():
+      episode = []
+  return [tree.map_structure(lambda *xs: np.stack(xs), *item) for item in items]
+
+
+def item_fingerprint(item):
+  """A hashable fingerprint of an item's content (all leaves, in order)."""
+  return tuple(np.asarray(leaf).tobytes() for leaf in tree.flatten(item))
+
+
+def run_actor(manager_observer, steps, seed=0, env=None):
+  """Runs a real `tf_agents.train.Actor` for `steps` steps; returns the record."""
+  env = env or make_env(seed)
+  recorder = Recorder()
+  collect = actor.Actor(env, make_policy(env, seed), train_utils.create_train_step(),
+                        steps_per_run=steps,
+                        observers=[manager_observer, recorder])
+  collect.run()
+  return recorder
+
+
+def sample_all_items(manager, batch_size=32, max_batches=400):
+  """Samples until every stored item was seen; returns {key: fingerprint}."""
+  size = manager.num_frames()
+  seen = {}
+  for i, (trajectory, info) in enumerate(
+      manager.get_dataset(batch_size=batch_size, sample_timeout_s=10)):
+    keys = info.key[:, 0].numpy()
+    for b, key in enumerate(keys):
+      seen[int(key)] = item_fingerprint(
+          tree.map_structure(lambda t: t[b].numpy(), trajectory))
+    if len(seen) >= size or i >= max_batches:
+      break
+  return seen
+
+
+@pytest.fixture
+def env():
+  return make_env()
+
+
+@pytest.fixture
+def data_spec(env):
+  return collect_data_spec(env)
+
+
+@pytest.fixture
+def make_manager(tmp_path, data_spec):
+  """Builds managers on tmp dirs and closes them all after the test."""
+  managers = []
+
+  def factory(checkpoint_dir=None, **kwargs):
+    kwargs.setdefault('capacity', 1000)
+    kwargs.setdefault('sequence_length', 2)
+    kwargs.setdefault('sample_timeout_s', 5.0)
+    kwargs.setdefault('write_timeout_s', 5.0)
+    manager = smart_replay.ReplayBufferManager(
+        data_spec=kwargs.pop('data_spec', data_spec),
+        checkpoint_dir=str(checkpoint_dir or tmp_path / 'buffer'), **kwargs)
+    managers.append(manager)
+    return manager
+
+  yield factory
+  for manager in managers:
+    manager.close()
+
+
+def dir_digest(path):
+  """{relative file path: bytes} of everything under `path`."""
+  out = {}
+  for root, _, files in os.walk(path):
+    for name in files:
+      full = os.path.join(root, name)
+      with open(full, 'rb') as f:
+        out[os.path.relpath(full, path)] = f.read()
+  return out
