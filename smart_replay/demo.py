@@ -1,0 +1,102 @@
+"""The `make demo` job: collect with a real Actor, checkpoint, reload, sample.
+
+Until the populate command lands this is the main job on the embedded default:
+CartPole-v1 (shipped with gym, no download) and a random policy.
+"""
+
+import os
+from typing import Any, Dict
+
+from absl import logging
+import gin
+import numpy as np
+import tqdm
+from tf_agents.environments import suite_gym
+from tf_agents.policies import random_py_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.train import actor
+from tf_agents.train.utils import train_utils
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+from smart_replay import manager as manager_lib
+
+
+def _collect_data_spec(env):
+  time_step_spec = tensor_spec.from_spec(env.time_step_spec())
+  return trajectory_lib.Trajectory(
+      step_type=time_step_spec.step_type,
+      observation=time_step_spec.observation,
+      action=tensor_spec.from_spec(env.action_spec()),
+      policy_info=(),
+      next_step_type=time_step_spec.step_type,
+      reward=time_step_spec.reward,
+      discount=time_step_spec.discount)
+
+
+@gin.configurable
+def run_demo(*, output_dir: str, steps: int = 2000, capacity: int = 10_000,
+             sequence_length: int = 2, batch_size: int = 32,
+             chunk: int = 250, show_progress: bool = True) -> Dict[str, Any]:
+  """Fills a buffer from CartPole with a random policy, reloads and samples it.
+
+  Args:
+    output_dir: where the buffer directory `cartpole_random` is written
+      (replaced if it exists).
+    steps: environment steps to collect (>= 1).
+    capacity: buffer capacity in items.
+    sequence_length: steps per item.
+    batch_size: size of the batch sampled after reloading.
+    chunk: steps per Actor run between progress updates.
+    show_progress: draw a tqdm progress bar.
+
+  Returns:
+    A summary dict: `buffer_dir`, `checkpoint`, `items`, `env_steps`,
+    `episodes`, `batch_shape`, `batch_mean_reward`.
+
+  Raises:
+    ValueError: if `steps` or `chunk` is not a positive integer.
+  """
+  if not isinstance(steps, int) or steps < 1:
+    raise ValueError(f'steps must be a positive integer, got {steps!r}.')
+  if not isinstance(chunk, int) or chunk < 1:
+    raise ValueError(f'chunk must be a positive integer, got {chunk!r}.')
+  env = suite_gym.load('CartPole-v1')
+  data_spec = _collect_data_spec(env)
+  buffer_dir = os.path.join(output_dir, 'cartpole_random')
+
+  def new_manager():
+    return manager_lib.ReplayBufferManager(
+        data_spec, capacity=capacity, checkpoint_dir=buffer_dir,
+        sequence_length=sequence_length, sample_timeout_s=30.0)
+
+  with new_manager() as manager:
+    _, observer = manager.create_replay_buffer(overwrite=True)
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
+                                             env.action_spec())
+    train_step = train_utils.create_train_step()
+    done = 0
+    with tqdm.tqdm(total=steps, unit='step', disable=not show_progress,
+                   desc='collecting') as bar:
+      while done < steps:
+        n = min(chunk, steps - done)
+        actor.Actor(env, policy, train_step, steps_per_run=n,
+                    observers=[observer]).run()
+        done += n
+        bar.update(n)
+        bar.set_postfix(items=manager.num_frames())
+    checkpoint = manager.checkpoint()
+    logging.info('Wrote %s', checkpoint)
+
+  with new_manager() as manager:  # A fresh manager, as a new process would.
+    manager.load_replay_buffer()
+    trajectory, _ = next(iter(manager.get_dataset(batch_size=batch_size)))
+    stats = manager.stats()
+    return {
+        'buffer_dir': buffer_dir,
+        'checkpoint': checkpoint,
+        'items': manager.num_frames(),
+        'env_steps': stats['env_steps'],
+        'episodes': stats['episodes'],
+        'batch_shape': tuple(trajectory.observation.shape),
+        'batch_mean_reward': float(np.mean(trajectory.reward.numpy())),
+    }
