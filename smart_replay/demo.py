@@ -16,21 +16,8 @@ from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
-from tf_agents.trajectories import trajectory as trajectory_lib
 
 from smart_replay import manager as manager_lib
-
-
-def _collect_data_spec(env):
-  time_step_spec = tensor_spec.from_spec(env.time_step_spec())
-  return trajectory_lib.Trajectory(
-      step_type=time_step_spec.step_type,
-      observation=time_step_spec.observation,
-      action=tensor_spec.from_spec(env.action_spec()),
-      policy_info=(),
-      next_step_type=time_step_spec.step_type,
-      reward=time_step_spec.reward,
-      discount=time_step_spec.discount)
 
 
 @gin.configurable
@@ -61,7 +48,9 @@ def run_demo(*, output_dir: str, steps: int = 2000, capacity: int = 10_000,
   if not isinstance(chunk, int) or chunk < 1:
     raise ValueError(f'chunk must be a positive integer, got {chunk!r}.')
   env = suite_gym.load('CartPole-v1')
-  data_spec = _collect_data_spec(env)
+  policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
+                                           env.action_spec())
+  data_spec = tensor_spec.from_spec(policy.collect_data_spec)
   buffer_dir = os.path.join(output_dir, 'cartpole_random')
 
   def new_manager():
@@ -71,8 +60,6 @@ def run_demo(*, output_dir: str, steps: int = 2000, capacity: int = 10_000,
 
   with new_manager() as manager:
     _, observer = manager.create_replay_buffer(overwrite=True)
-    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
-                                             env.action_spec())
     train_step = train_utils.create_train_step()
     done = 0
     with tqdm.tqdm(total=steps, unit='step', disable=not show_progress,

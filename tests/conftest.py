@@ -14,7 +14,6 @@ from tf_agents.specs import array_spec
 from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
-from tf_agents.trajectories import trajectory as trajectory_lib
 
 import smart_replay
 
@@ -43,16 +42,8 @@ def make_policy(env, seed=0):
 
 
 def collect_data_spec(env):
-  """The `collect_data_spec` an agent for `env` with INFO_SPEC would have."""
-  time_step_spec = tensor_spec.from_spec(env.time_step_spec())
-  return trajectory_lib.Trajectory(
-      step_type=time_step_spec.step_type,
-      observation=time_step_spec.observation,
-      action=tensor_spec.from_spec(env.action_spec()),
-      policy_info=tensor_spec.from_spec(INFO_SPEC),
-      next_step_type=time_step_spec.step_type,
-      reward=time_step_spec.reward,
-      discount=time_step_spec.discount)
+  """The `collect_data_spec` of `make_policy(env)` (what its agent would have)."""
+  return tensor_spec.from_spec(make_policy(env).collect_data_spec)
 
 
 class Recorder:
