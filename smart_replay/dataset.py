@@ -9,9 +9,10 @@ A Reverb sampler waits forever on an empty table by default. Here every wait
 is bounded: when the rate limiter does not allow a sample within the timeout,
 the iterator raises a `tf.errors.OpError` whose message starts with
 `WaitTimeoutError: Timed out after ...` and names the table, its size and the
-limiter, instead of the bare end-of-sequence Reverb gives. A new iterator over the same
-dataset samples again (a timed-out Reverb iterator never recovers, so create a
-new one with `iter(dataset)` once data is there).
+limiter, instead of the bare end-of-sequence Reverb gives. A timed-out Reverb
+stream never recovers, so the dataset is an endless sequence of streams, each
+ending in that error: the *same* iterator (the one a `Learner` holds) samples
+again on the next call once there is data.
 """
 
 from typing import Any, Optional
@@ -48,6 +49,7 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                  timeout_s: Optional[float] = 60.0,
                  max_in_flight_samples_per_worker: Optional[int] = None,
                  num_workers_per_iterator: int = -1,
+                 drop_remainder: bool = True,
                  prefetch: int = 2) -> tf.data.Dataset:
   """Builds a batched, prefetched dataset sampling `table`.
 
@@ -66,6 +68,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
       2 * batch_size.
     num_workers_per_iterator: Reverb sampler threads (-1: auto). Use 1 for FIFO
       and LIFO tables to keep their order.
+    drop_remainder: drop the partial batch a timeout leaves (static batch
+      shapes); pass False for tables that delete items when sampled, so none
+      is lost.
     prefetch: batches to prefetch.
 
   Returns:
@@ -90,36 +95,44 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
   shapes = tf.nest.map_structure(
       lambda s: tf.TensorShape([sequence_length] + s.shape.as_list()), data_spec)
   dtypes = tf.nest.map_structure(lambda s: s.dtype, data_spec)
-  dataset = reverb.TrajectoryDataset(
-      client.server_address, table, dtypes, shapes,
-      max_in_flight_samples_per_worker=(max_in_flight_samples_per_worker or
-                                        2 * batch_size),
-      num_workers_per_iterator=num_workers_per_iterator,
-      rate_limiter_timeout_ms=-1 if timeout_s is None else int(timeout_s * 1000))
-
   def to_learner_format(sample):
     info = tf.nest.map_structure(lambda t: tf.broadcast_to(t, [num_steps]),
                                  sample.info)
     return sample.data, info
 
-  if num_steps == sequence_length:
-    dataset = dataset.map(to_learner_format)
-  else:
-    pieces = sequence_length // num_steps
+  pieces = sequence_length // num_steps
 
-    def split(sample):
-      data = tf.nest.map_structure(
-          lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
-          sample.data)
-      info = tf.nest.map_structure(
-          lambda t: tf.broadcast_to(t, [pieces, num_steps]), sample.info)
-      return data, info
-    dataset = dataset.map(split).unbatch()
-  dataset = dataset.batch(batch_size, drop_remainder=True)
-  if timeout_s is not None:
-    dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
-                                                table, timeout_s))
-  return dataset.prefetch(prefetch)
+  def split(sample):
+    data = tf.nest.map_structure(
+        lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
+        sample.data)
+    info = tf.nest.map_structure(
+        lambda t: tf.broadcast_to(t, [pieces, num_steps]), sample.info)
+    return data, info
+
+  def stream(_):
+    """One Reverb sampling stream; it ends only when the timeout expires."""
+    dataset = reverb.TrajectoryDataset(
+        client.server_address, table, dtypes, shapes,
+        max_in_flight_samples_per_worker=(max_in_flight_samples_per_worker or
+                                          2 * batch_size),
+        num_workers_per_iterator=num_workers_per_iterator,
+        rate_limiter_timeout_ms=(-1 if timeout_s is None
+                                 else int(timeout_s * 1000)))
+    if pieces == 1:
+      dataset = dataset.map(to_learner_format)
+    else:
+      dataset = dataset.map(split).unbatch()
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if timeout_s is not None:
+      dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
+                                                  table, timeout_s))
+    return dataset
+
+  if timeout_s is None:
+    return stream(None).prefetch(prefetch)
+  # After a timeout error the next element starts a fresh stream.
+  return tf.data.Dataset.range(2**62).flat_map(stream).prefetch(prefetch)
 
 
 def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:
@@ -136,6 +149,7 @@ def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:
     with tf.control_dependencies([trigger]):
       return tf.nest.map_structure(tf.identity, element)
 
-  zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
-                                element_spec)
+  zeros = tf.nest.map_structure(  # Never produced: only its shape matters.
+      lambda s: tf.zeros([d or 0 for d in s.shape.as_list()], s.dtype),
+      element_spec)
   return tf.data.Dataset.from_tensors(zeros).map(raise_instead)

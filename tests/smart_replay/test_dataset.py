@@ -78,6 +78,43 @@ def test_empty_buffer_times_out_with_reason_then_recovers(make_manager):
   assert np.isfinite(trajectory.reward.numpy()).all()
 
 
+def test_the_same_iterator_resumes_after_a_timeout(make_manager):
+  # tf_agents.train.Learner keeps one iterator for its whole life.
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  iterator = iter(manager.get_dataset(batch_size=4, sample_timeout_s=0.5))
+  with pytest.raises(tf.errors.OpError, match='WaitTimeoutError'):
+    next(iterator)
+  conftest.run_actor(observer, 30)
+  observer.flush()
+  for _ in range(3):  # At most one more stale timeout may be buffered.
+    try:
+      trajectory, _ = next(iterator)
+      break
+    except tf.errors.OpError as e:
+      assert 'WaitTimeoutError' in str(e)
+  assert trajectory.reward.shape == [4, 2]
+
+
+def test_items_deleted_by_sampling_are_all_delivered(make_manager):
+  from smart_replay import tables  # pylint: disable=g-import-not-at-top
+  manager = make_manager(table_configs=[tables.TableConfig(
+      max_times_sampled=1)])
+  _, observer = manager.create_replay_buffer()
+  record = conftest.run_actor(observer, 60)
+  observer.flush()
+  written = len(conftest.expected_items(record.steps, 2))
+  assert written % 8  # So that the last batch is partial.
+  keys = []
+  iterator = iter(manager.get_dataset(batch_size=8, sample_timeout_s=0.5))
+  with pytest.raises(tf.errors.OpError, match='WaitTimeoutError'):
+    while True:
+      _, info = next(iterator)
+      keys += info.key[:, 0].numpy().tolist()
+  assert len(keys) == len(set(keys)) == written
+  assert manager.num_frames() == 0
+
+
 def test_unknown_table_and_bad_batch_size(make_manager):
   manager = make_manager()
   manager.create_replay_buffer()
