@@ -1,4 +1,4 @@
-"""The `make demo` job: collect with a real Actor, checkpoint, reload, sample.
+"""The `make demo` job: collect with a real driver, checkpoint, reload, sample.
 
 Until the populate command lands this is the main job on the embedded default:
 CartPole-v1 (shipped with gym, no download) and a random policy.
@@ -11,11 +11,10 @@ from absl import logging
 import gin
 import numpy as np
 import tqdm
+from tf_agents.drivers import py_driver
 from tf_agents.environments import suite_gym
 from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
-from tf_agents.train import actor
-from tf_agents.train.utils import train_utils
 
 from smart_replay import manager as manager_lib
 
@@ -33,7 +32,7 @@ def run_demo(*, output_dir: str, steps: int = 2000, capacity: int = 10_000,
     capacity: buffer capacity in items.
     sequence_length: steps per item.
     batch_size: size of the batch sampled after reloading.
-    chunk: steps per Actor run between progress updates.
+    chunk: steps per driver run between progress updates.
     show_progress: draw a tqdm progress bar.
 
   Returns:
@@ -60,14 +59,17 @@ def run_demo(*, output_dir: str, steps: int = 2000, capacity: int = 10_000,
 
   with new_manager() as manager:
     _, observer = manager.create_replay_buffer(overwrite=True)
-    train_step = train_utils.create_train_step()
+    # Each chunk continues from the previous time step, so chunking never
+    # cuts an episode (a new Actor would reset the environment).
+    time_step, policy_state = env.reset(), policy.get_initial_state()
     done = 0
     with tqdm.tqdm(total=steps, unit='step', disable=not show_progress,
                    desc='collecting') as bar:
       while done < steps:
         n = min(chunk, steps - done)
-        actor.Actor(env, policy, train_step, steps_per_run=n,
-                    observers=[observer]).run()
+        time_step, policy_state = py_driver.PyDriver(
+            env, policy, observers=[observer], max_steps=n).run(
+                time_step, policy_state)
         done += n
         bar.update(n)
         bar.set_postfix(items=manager.num_frames())

@@ -7,7 +7,8 @@ field's path instead of poisoning the table until sampling fails. Every wait on
 the server (episode end, flush, close) has a timeout.
 """
 
-from typing import Any, Sequence
+import threading
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import reverb
@@ -27,8 +28,10 @@ class TrajectoryObserver:
   An item of `sequence_length` consecutive steps is created every
   `stride_length` steps once enough steps of the current episode are cached;
   the boundary step (LAST -> FIRST) closes an episode and is the last step of
-  the items that end there, so items never straddle two episodes. Episodes
-  shorter than `sequence_length` produce no item.
+  the items that end there, so items never straddle two episodes. A FIRST step
+  arriving mid-episode (the environment was reset, e.g. by a new `Actor`) also
+  starts a new episode. Episodes shorter than `sequence_length` produce no
+  item.
 
   Use it as an `Actor` observer: a callable with `flush()` and `close()`.
 
@@ -41,6 +44,8 @@ class TrajectoryObserver:
     priority: initial priority of new items.
     timeout_s: how long episode ends, flushes and closes may wait for the
       server to accept pending items (> 0).
+    lock: a re-entrant lock held while a step is written; the manager shares
+      one with its checkpoints so a checkpoint sees whole steps only.
 
   Raises:
     ValueError: on a bad argument; the message names it and its value.
@@ -48,7 +53,8 @@ class TrajectoryObserver:
 
   def __init__(self, client: reverb.Client, *, table_names: Sequence[str],
                data_spec: Any, sequence_length: int, stride_length: int = 1,
-               priority: float = 1.0, timeout_s: float = 60.0):
+               priority: float = 1.0, timeout_s: float = 60.0,
+               lock: Optional[threading.RLock] = None):
     if not table_names:
       raise ValueError(f'table_names must name at least one table, got '
                        f'{table_names!r}.')
@@ -60,8 +66,9 @@ class TrajectoryObserver:
                        f'{stride_length!r}.')
     if timeout_s is None or timeout_s <= 0:
       raise ValueError(f'timeout_s must be > 0 seconds, got {timeout_s!r}.')
-    specs.validate_data_spec(data_spec)
+    specs.validate_trajectory_spec(data_spec)
     self._client = client
+    self._lock = lock or threading.RLock()
     self._table_names = list(table_names)
     self._data_spec = data_spec
     self._leaves = specs.flatten_spec(data_spec)
@@ -121,23 +128,31 @@ class TrajectoryObserver:
     Raises:
       TrajectorySpecError: if a field's structure, dtype or shape is wrong
         (nothing is written).
+      ManagerStateError: if the observer was closed.
       WaitTimeoutError: if the server does not accept the episode's items
         within `timeout_s` (e.g. a rate limiter blocks inserts).
     """
     self._validate(trajectory)
-    self._writer.append(trajectory)
-    self._cached_steps += 1
-    self.num_steps += 1
-    excess = self._cached_steps - self._sequence_length
-    if excess >= 0 and excess % self._stride_length == 0:
-      window = tree.map_structure(lambda column: column[-self._sequence_length:],
-                                  self._writer.history)
-      for table in self._table_names:
-        self._writer.create_item(table, self._priority, window)
-        self.num_items += 1
-    if bool(np.asarray(trajectory.is_boundary())):
-      self.num_episodes += 1
-      self.end_episode()
+    with self._lock:
+      if self._writer is None:
+        raise errors.ManagerStateError(
+            'this observer is closed; get a new one from the manager.')
+      if self._cached_steps and bool(np.asarray(trajectory.is_first())):
+        self.end_episode()  # Reset mid-episode: never join the two.
+      self._writer.append(trajectory)
+      self._cached_steps += 1
+      self.num_steps += 1
+      excess = self._cached_steps - self._sequence_length
+      if excess >= 0 and excess % self._stride_length == 0:
+        window = tree.map_structure(
+            lambda column: column[-self._sequence_length:],
+            self._writer.history)
+        for table in self._table_names:
+          self._writer.create_item(table, self._priority, window)
+          self.num_items += 1
+      if bool(np.asarray(trajectory.is_boundary())):
+        self.num_episodes += 1
+        self.end_episode()
 
   def end_episode(self) -> None:
     """Sends the pending items and starts a new episode.
@@ -148,11 +163,12 @@ class TrajectoryObserver:
     Raises:
       WaitTimeoutError: if the server does not accept the items in time.
     """
-    if self._writer is None:
-      return
-    self._cached_steps = 0
-    self._wait('the end of an episode', lambda: self._writer.end_episode(
-        clear_buffers=True, timeout_ms=self._timeout_ms))
+    with self._lock:
+      if self._writer is None:
+        return
+      self._cached_steps = 0
+      self._wait('the end of an episode', lambda: self._writer.end_episode(
+          clear_buffers=True, timeout_ms=self._timeout_ms))
 
   def _wait(self, what: str, call) -> None:
     try:
@@ -171,9 +187,10 @@ class TrajectoryObserver:
     Raises:
       WaitTimeoutError: if that takes longer than `timeout_s`.
     """
-    if self._writer is not None:
-      self._wait('flush', lambda: self._writer.flush(
-          timeout_ms=self._timeout_ms))
+    with self._lock:
+      if self._writer is not None:
+        self._wait('flush', lambda: self._writer.flush(
+            timeout_ms=self._timeout_ms))
 
   def close(self) -> None:
     """Flushes and closes the writer; safe to call more than once.
@@ -183,11 +200,12 @@ class TrajectoryObserver:
     Raises:
       WaitTimeoutError: if the flush times out (the writer is closed anyway).
     """
-    if self._writer is None:
-      return
-    try:
-      self.flush()
-    finally:
-      self._writer.close()
-      self._writer = None
-      self._cached_steps = 0
+    with self._lock:
+      if self._writer is None:
+        return
+      try:
+        self.flush()
+      finally:
+        self._writer.close()
+        self._writer = None
+        self._cached_steps = 0

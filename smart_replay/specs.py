@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tree
 from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import trajectory as trajectory_lib
 
 
 class SpecLeaf(NamedTuple):
@@ -70,6 +71,26 @@ def validate_data_spec(data_spec: Any) -> None:
           f'data_spec field {_join_path(path)!r} is a {type(leaf).__name__} '
           f'({leaf!r}); expected a tf.TensorSpec. Pass agent.collect_data_spec '
           'or convert array specs with tensor_spec.from_spec().')
+
+
+def validate_trajectory_spec(data_spec: Any) -> None:
+  """Checks that `data_spec` is a TF-Agents `Trajectory` of `tf.TensorSpec`.
+
+  The observer needs the step types to find episode boundaries, so the spec
+  must be a `Trajectory` such as `agent.collect_data_spec`.
+
+  Args:
+    data_spec: the spec to check.
+
+  Raises:
+    ValueError: if it is not a `Trajectory`, or a leaf is not a TensorSpec.
+  """
+  if not isinstance(data_spec, trajectory_lib.Trajectory):
+    raise ValueError(
+        f'data_spec must be a tf_agents Trajectory spec such as '
+        f'agent.collect_data_spec or policy.collect_data_spec, got a '
+        f'{type(data_spec).__name__}: {data_spec!r}')
+  validate_data_spec(data_spec)
 
 
 def flatten_spec(data_spec: Any) -> List[SpecLeaf]:

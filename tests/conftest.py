@@ -57,9 +57,15 @@ class Recorder:
 
 
 def expected_items(steps, sequence_length, stride_length=1):
-  """Items a correct observer makes from `steps`: windows within one episode."""
+  """Items a correct observer makes from `steps`: windows within one episode.
+
+  An episode ends at a boundary step, or when a FIRST step arrives (the
+  environment was reset mid-episode, e.g. by a new Actor).
+  """
   items, episode = [], []
   for step in steps:
+    if step.is_first() and episode:
+      episode = []
     episode.append(step)
     excess = len(episode) - sequence_length
     if excess >= 0 and excess % stride_length == 0:

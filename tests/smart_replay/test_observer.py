@@ -43,6 +43,38 @@ def test_items_never_straddle_episodes(make_manager):
     assert not (step_type[:, 1:] == StepType.FIRST).any()
 
 
+def test_a_new_actor_mid_episode_starts_a_new_episode(make_manager, env):
+  # tf_agents.train.Actor resets its environment when built, so a second Actor
+  # on the same observer starts with FIRST while an episode is still cached.
+  manager = make_manager(sequence_length=3)
+  _, observer = manager.create_replay_buffer()
+  steps = []
+  for seed in (0, 1, 2):
+    steps += conftest.run_actor(observer, 7, seed=seed, env=env).steps
+  observer.flush()
+  assert sum(bool(s.is_first()) for s in steps) > sum(
+      bool(s.is_boundary()) for s in steps)  # Some episodes were cut short.
+  want = [conftest.item_fingerprint(i)
+          for i in conftest.expected_items(steps, 3)]
+  got = conftest.sample_all_items(manager)
+  assert collections.Counter(got.values()) == collections.Counter(want)
+  for trajectory, _ in manager.get_dataset(batch_size=8).take(10):
+    assert not (trajectory.step_type.numpy()[:, 1:] == StepType.FIRST).any()
+
+
+def test_observer_needs_a_trajectory_spec(make_manager):
+  with pytest.raises(ValueError, match='must be a tf_agents Trajectory spec'):
+    make_manager(data_spec={'x': conftest.tf.TensorSpec([1], conftest.tf.float32)})
+
+
+def test_closed_observer_refuses_steps(make_manager, env):
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  observer.close()
+  with pytest.raises(errors.ManagerStateError, match='observer is closed'):
+    observer(_one_step(env, conftest.make_policy(env)))
+
+
 def _one_step(env, policy):
   time_step = env.reset()
   step = policy.action(time_step)
