@@ -34,7 +34,14 @@ def missing_files(path: str) -> List[str]:
 
 
 def is_reverb_checkpoint(path: str) -> bool:
-  """Returns True if `path` is a folder with a `DONE` marker and Reverb data."""
+  """Tells whether `path` is a complete Reverb checkpoint folder.
+
+  Args:
+    path: any path.
+
+  Returns:
+    True if it is a folder with a `DONE` marker and all Reverb data files.
+  """
   return os.path.isdir(path) and not missing_files(path)
 
 

@@ -8,7 +8,9 @@ any root it is pointed at. So a buffer directory is laid out as::
       checkpoints/ckpt-000001/   complete checkpoints: Reverb files + manifest.json
       checkpoints/ckpt-000002/
       .reverb/                   Reverb's own root; empty between saves
-      orphaned/                  leftovers found in .reverb/, moved aside, never deleted
+      orphaned/                  leftovers of interrupted saves, moved aside, never deleted
+      .replaced/                 only during an overwrite: the old data, until the
+                                 new buffer is up (then deleted) or it failed (restored)
 
 After each save the new Reverb folder is verified, moved out of `.reverb/` into
 `checkpoints/` under a monotonically numbered name, and its manifest is written
@@ -19,7 +21,7 @@ is ours, by number, never by timestamp.
 import os
 import re
 import shutil
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from absl import logging
 
@@ -30,17 +32,32 @@ from smart_replay import manifest as manifest_lib
 CHECKPOINTS_DIR = 'checkpoints'
 REVERB_DIR = '.reverb'
 ORPHANED_DIR = 'orphaned'
+REPLACED_DIR = '.replaced'
 _NAME = re.compile(r'^ckpt-(\d{6,})$')
 _INCOMING = '.incoming-'
 
 
 def checkpoint_name(number: int) -> str:
-  """Returns the folder name of checkpoint `number`, e.g. 'ckpt-000003'."""
+  """Returns the folder name of a checkpoint.
+
+  Args:
+    number: the checkpoint's sequence number.
+
+  Returns:
+    e.g. 'ckpt-000003'.
+  """
   return f'ckpt-{number:06d}'
 
 
 def checkpoint_number(path: str) -> Optional[int]:
-  """Returns N for a folder named ckpt-N, else None."""
+  """Returns N for a folder named ckpt-N.
+
+  Args:
+    path: a folder name or path.
+
+  Returns:
+    The number, or None if the name is not ckpt-N.
+  """
   match = _NAME.match(os.path.basename(os.path.normpath(path)))
   return int(match.group(1)) if match else None
 
@@ -166,11 +183,54 @@ class CheckpointStore:
                     os.path.join(self.root, n))]
     return found
 
-  def wipe(self) -> None:
-    """Deletes every checkpoint and Reverb leftover (for `overwrite=True`)."""
+  def set_aside(self) -> List[Tuple[str, str]]:
+    """Moves everything `existing_data()` lists into `<root>/.replaced/`.
+
+    Used by `overwrite=True`: the old data stays recoverable until the new
+    buffer is up (`discard_set_aside`), and is put back if starting it fails
+    (`restore_set_aside`).
+
+    Returns:
+      The `(original, moved_to)` path pairs.
+
+    Raises:
+      FileExistsError: if a `.replaced/` folder from an earlier interrupted
+        overwrite is still there (inspect it, then delete it).
+    """
+    aside = os.path.join(self.root, REPLACED_DIR)
+    if os.path.exists(aside):
+      raise FileExistsError(
+          f'{aside} holds data set aside by an interrupted overwrite; move or '
+          'delete it before overwriting again.')
+    moves = []
     for path in self.existing_data():
-      logging.warning('overwrite=True: deleting %s', path)
-      shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+      target = os.path.join(aside, os.path.relpath(path, self.root))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.replace(path, target)
+      moves.append((path, target))
+    return moves
+
+  def restore_set_aside(self, moves: List[Tuple[str, str]]) -> None:
+    """Puts back what `set_aside` moved (after a failed overwrite).
+
+    Args:
+      moves: what `set_aside` returned.
+    """
+    for original, moved_to in reversed(moves):
+      os.makedirs(os.path.dirname(original), exist_ok=True)
+      os.replace(moved_to, original)
+    shutil.rmtree(os.path.join(self.root, REPLACED_DIR), ignore_errors=True)
+
+  def discard_set_aside(self, moves: List[Tuple[str, str]]) -> None:
+    """Deletes what `set_aside` moved (after a successful overwrite).
+
+    Args:
+      moves: what `set_aside` returned.
+    """
+    if moves:
+      logging.warning('overwrite=True: deleted the previous buffer data: %s',
+                      [original for original, _ in moves])
+    shutil.rmtree(os.path.join(self.root, REPLACED_DIR), ignore_errors=True)
 
   def prepare_reverb_root(self) -> str:
     """Makes Reverb's root exist and be empty, moving leftovers aside.
@@ -221,9 +281,17 @@ class CheckpointStore:
     name = checkpoint_name(number)
     incoming = os.path.join(self.checkpoints_dir, _INCOMING + name)
     os.replace(reverb_path, incoming)
-    manifest = make_manifest(name, checkpoint_files.file_digests(incoming))
-    manifest_lib.write(os.path.join(incoming, manifest_lib.MANIFEST_NAME),
-                       manifest)
+    try:
+      manifest = make_manifest(name, checkpoint_files.file_digests(incoming))
+      manifest_lib.write(os.path.join(incoming, manifest_lib.MANIFEST_NAME),
+                         manifest)
+    except BaseException:
+      orphan = os.path.join(self.root, ORPHANED_DIR, name)
+      os.makedirs(os.path.dirname(orphan), exist_ok=True)
+      os.replace(incoming, orphan)
+      logging.error('Writing the manifest of %s failed; its Reverb files are '
+                    'kept in %s.', name, orphan)
+      raise
     final = os.path.join(self.checkpoints_dir, name)
     os.replace(incoming, final)
     self.prune()

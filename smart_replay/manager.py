@@ -9,7 +9,9 @@ Reverb's pruning delete a checkpoint it should keep.
 """
 
 import concurrent.futures
+import json
 import os
+import threading
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from absl import logging
@@ -69,6 +71,8 @@ class ReplayBufferManager:
     connect_timeout_s: how long to wait for the server to answer.
     checkpoint_timeout_s: how long `checkpoint()` waits for Reverb to write.
     port: the server's port; None picks a free one.
+    allow_version_mismatch: load checkpoints written with other dm-reverb,
+      tensorflow or tf-agents versions (with a warning) instead of refusing.
 
   Raises:
     ValueError: if an argument is invalid; the message names it and its value.
@@ -80,8 +84,9 @@ class ReplayBufferManager:
                keep_checkpoints: int = 2, sample_timeout_s: float = 60.0,
                write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
                checkpoint_timeout_s: float = 600.0,
-               port: Optional[int] = None):
-    specs.validate_data_spec(data_spec)
+               port: Optional[int] = None,
+               allow_version_mismatch: bool = False):
+    specs.validate_trajectory_spec(data_spec)
     _positive('capacity', capacity, integer=True)
     _positive('sequence_length', sequence_length, integer=True)
     _positive('stride_length', stride_length, integer=True)
@@ -113,6 +118,7 @@ class ReplayBufferManager:
     self._connect_timeout_s = float(connect_timeout_s)
     self._checkpoint_timeout_s = float(checkpoint_timeout_s)
     self._port = port
+    self._allow_version_mismatch = bool(allow_version_mismatch)
     self._signature = specs.table_signature(data_spec, sequence_length)
     self._config = manifest_lib.build_config(
         data_spec=data_spec, sequence_length=sequence_length,
@@ -127,6 +133,12 @@ class ReplayBufferManager:
     self._steps_offset = 0
     self._episodes_offset = 0
     self._closed = False
+    # Held while a step is written, and by checkpoint/clear/close, so that a
+    # checkpoint sees whole steps and its counts match its data.
+    self._lock = threading.RLock()
+    self._save_pool = concurrent.futures.ThreadPoolExecutor(
+        1, thread_name_prefix='smart_replay_checkpoint')
+    self._pending_save = None
 
   # ----------------------------------------------------------------- start-up
 
@@ -157,16 +169,28 @@ class ReplayBufferManager:
           f'({existing[-1]}); Reverb would silently restore it. Call '
           'load_replay_buffer() to continue that buffer, or pass '
           'overwrite=True to delete it and start empty.')
-    if existing:
-      self._store.wipe()
-    self._start(fallback=None)
-    sizes = self._sizes()
-    if any(sizes.values()):
-      self._stop_server()
-      raise errors.CheckpointCorruptError(
-          f'the new server in {self._store.root} is not empty ({sizes}); '
-          'something restored data into it.')
+
+    def start_empty():
+      self._start(fallback=None)
+      sizes = self._sizes()
+      if any(sizes.values()):
+        raise errors.CheckpointCorruptError(
+            f'the new server in {self._store.root} is not empty ({sizes}); '
+            'something restored data into it.')
+
+    self._replacing(existing, start_empty)
     return self._replay_buffer, self._observers[0]
+
+  def _replacing(self, existing, start) -> None:
+    """Runs `start()`; old data in the way is set aside until it succeeds."""
+    moves = self._store.set_aside() if existing else []
+    try:
+      start()
+    except BaseException:
+      self._stop_server()
+      self._store.restore_set_aside(moves)
+      raise
+    self._store.discard_set_aside(moves)
 
   def load_replay_buffer(self, source: Optional[str] = None, *,
                          overwrite: bool = False
@@ -202,42 +226,52 @@ class ReplayBufferManager:
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root
     candidates = checkpoints_lib.find_checkpoints(source)
-    if not inside:
-      existing = self._store.existing_data()
-      if existing and not overwrite:
-        raise errors.CheckpointExistsError(
-            f'{self._store.root} already holds checkpoints ({existing[-1]}); '
-            f'loading {source} into it would mix two buffers. Call '
-            'load_replay_buffer() without a source to continue this buffer, or '
-            'pass overwrite=True to replace it.')
-      if existing:
-        self._store.wipe()
-    problems = []
-    for path in candidates:
-      try:
-        self._start_from(path)
-      except errors.CheckpointCorruptError as e:
-        problems.append(str(e))
-        logging.warning('%s', e)
-        continue
-      if problems:
-        logging.warning('Loaded %s because newer checkpoints are unusable: %s',
-                        path, ' | '.join(problems))
-      return self._replay_buffer, self._observers[0]
-    raise errors.CheckpointCorruptError(
-        f'no usable checkpoint in {source}: ' + ' | '.join(problems))
+    existing = [] if inside else self._store.existing_data()
+    if existing and not overwrite:
+      raise errors.CheckpointExistsError(
+          f'{self._store.root} already holds checkpoints ({existing[-1]}); '
+          f'loading {source} into it would mix two buffers. Call '
+          'load_replay_buffer() without a source to continue this buffer, or '
+          'pass overwrite=True to replace it.')
+
+    def start_from_newest_usable():
+      problems = []
+      for path in candidates:
+        try:
+          self._start_from(path)
+        except errors.CheckpointCorruptError as e:
+          problems.append(str(e))
+          logging.warning('%s', e)
+          continue
+        if problems:
+          logging.warning('Loaded %s because newer checkpoints are unusable: '
+                          '%s', path, ' | '.join(problems))
+        return
+      raise errors.CheckpointCorruptError(
+          f'no usable checkpoint in {source}: ' + ' | '.join(problems))
+
+    self._replacing(existing, start_from_newest_usable)
+    return self._replay_buffer, self._observers[0]
 
   def _start_from(self, path: str) -> None:
     """Verifies `path`, compares its manifest, starts and checks the server."""
     manifest = checkpoints_lib.verify(path)
     diffs = manifest_lib.diff_config(manifest, self._config)
+    version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
+    if version_diffs and self._allow_version_mismatch:
+      logging.warning('Loading %s written with other package versions:\n%s',
+                      path, manifest_lib.format_differences(
+                          version_diffs, 'checkpoint', 'installed'))
+    elif version_diffs:
+      diffs += version_diffs
     if diffs:
       raise errors.ManifestMismatchError(
           f'checkpoint {path} was written with a different configuration '
           f'({len(diffs)} difference(s)):\n'
           + manifest_lib.format_differences(diffs)
-          + '\nPass the checkpoint\'s values to ReplayBufferManager, or create '
-          'a new buffer.', diffs)
+          + '\nPass the checkpoint\'s values to ReplayBufferManager (for '
+          'versions: install them, or pass allow_version_mismatch=True), or '
+          'create a new buffer.', diffs)
     try:
       self._start(fallback=path)
     except (RuntimeError, ValueError) as e:
@@ -245,7 +279,11 @@ class ReplayBufferManager:
         raise
       raise errors.CheckpointCorruptError(
           f'Reverb could not restore {path}: {e}') from e
-    restored = self._sizes()
+    try:
+      restored = self._sizes()
+    except BaseException:
+      self._stop_server()
+      raise
     expected = {name: c['items']
                 for name, c in manifest['counts']['tables'].items()}
     if restored != expected:
@@ -265,21 +303,24 @@ class ReplayBufferManager:
     self._server, self._client = server_lib.start_local_server(
         tables, checkpoint_root=root, fallback_checkpoint=fallback,
         port=self._port, connect_timeout_s=self._connect_timeout_s)
-    info = server_lib.server_info(self._client, self._connect_timeout_s)
-    diffs = [d for t in tables
-             for d in tables_lib.running_table_differences(t, info[t.name])]
-    if diffs:
+    try:
+      info = server_lib.server_info(self._client, self._connect_timeout_s)
+      diffs = [d for t in tables
+               for d in tables_lib.running_table_differences(t, info[t.name])]
+      if diffs:
+        raise errors.ManifestMismatchError(
+            'the Reverb server does not serve the requested tables (a restored '
+            'checkpoint overrode them):\n'
+            + manifest_lib.format_differences(diffs, 'running', 'requested'),
+            diffs)
+      self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
+          self._data_spec, table_name=self._table_configs[0].name,
+          sequence_length=self._sequence_length, local_server=self._server,
+          rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
+      self.make_observer()
+    except BaseException:
       self._stop_server()
-      raise errors.ManifestMismatchError(
-          'the Reverb server does not serve the requested tables (a restored '
-          'checkpoint overrode them):\n'
-          + manifest_lib.format_differences(diffs, 'running', 'requested'),
-          diffs)
-    self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
-        self._data_spec, table_name=self._table_configs[0].name,
-        sequence_length=self._sequence_length, local_server=self._server,
-        rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
-    self.make_observer()
+      raise
 
   # ------------------------------------------------------------------ writing
 
@@ -302,7 +343,7 @@ class ReplayBufferManager:
         self._client, table_names=[c.name for c in self._table_configs],
         data_spec=self._data_spec, sequence_length=self._sequence_length,
         stride_length=self._stride_length, priority=priority,
-        timeout_s=self._write_timeout_s)
+        timeout_s=self._write_timeout_s, lock=self._lock)
     self._observers.append(obs)
     return obs
 
@@ -324,8 +365,11 @@ class ReplayBufferManager:
 
     Returns:
       A dataset of `(Trajectory[batch, num_steps, ...], SampleInfo)`. When no
-      sample is allowed within the timeout its iterator raises an error naming
-      the table and its state; `iter(dataset)` again resumes.
+      sample is allowed within the timeout, its iterator raises a
+      `tf.errors.OpError` naming the table and its state, and the same
+      iterator samples again on the next call. For tables with
+      `max_times_sampled` the last batch before a timeout may be smaller than
+      `batch_size` (no sampled item is dropped).
 
     Raises:
       ValueError: if an argument is invalid or the table is unknown.
@@ -337,11 +381,13 @@ class ReplayBufferManager:
         sample_timeout_s
     _positive('sample_timeout_s', timeout)
     ordered = config.sampler in ('fifo', 'lifo')
+    consumed = config.max_times_sampled > 0  # Sampling deletes items.
     return dataset_lib.make_dataset(
         self._client, table=config.name, data_spec=self._data_spec,
         sequence_length=self._sequence_length, batch_size=batch_size,
         num_steps=num_steps, timeout_s=timeout,
-        num_workers_per_iterator=1 if ordered else -1, prefetch=prefetch)
+        num_workers_per_iterator=1 if ordered else -1,
+        drop_remainder=not consumed, prefetch=prefetch)
 
   def _table_config(self, table_name: Optional[str]) -> tables_lib.TableConfig:
     if table_name is None:
@@ -357,6 +403,10 @@ class ReplayBufferManager:
   def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers and writes a verified checkpoint.
 
+    Writing through this manager's observers pauses while the checkpoint is
+    taken, so the manifest's counts describe exactly what was saved (items are
+    recounted from the files when something else changed the table meanwhile).
+
     Args:
       extra: JSON-serializable metadata stored in the manifest (e.g.
         `{'train_step': 1000}`).
@@ -365,41 +415,74 @@ class ReplayBufferManager:
       The checkpoint folder, `checkpoint_dir/checkpoints/ckpt-N`.
 
     Raises:
-      WaitTimeoutError: if flushing or writing takes longer than the timeouts.
-      CheckpointCorruptError: if Reverb's output is missing or incomplete.
+      ValueError: if `extra` is not JSON-serializable (names the key).
+      WaitTimeoutError: if flushing or writing takes longer than the timeouts,
+        or an earlier timed-out save is still being written.
+      CheckpointCorruptError: if Reverb's output is missing or incomplete, or
+        Reverb failed to write it.
       ManagerStateError: if the manager is not started.
     """
-    self._require_state(started=True)
-    self.flush()
-    before = self._sizes()
-    pool = concurrent.futures.ThreadPoolExecutor(1)
+    for key, value in (extra or {}).items():
+      try:
+        json.dumps(value)
+      except (TypeError, ValueError) as e:
+        raise ValueError(
+            f'checkpoint(extra=...): extra[{key!r}] = {value!r} '
+            f'({type(value).__name__}) is not JSON-serializable ({e}); convert '
+            'it, e.g. int(train_step.numpy()).') from None
+    with self._lock:
+      self._require_state(started=True)
+      self._wait_for_pending_save()
+      self.flush()
+      before = self._table_stats()
+      env_steps, episodes = self._env_steps(), self._episodes()
+      save = self._save_pool.submit(self._client.checkpoint)
+      try:
+        reverb_path = save.result(timeout=self._checkpoint_timeout_s)
+      except concurrent.futures.TimeoutError as e:
+        self._pending_save = save
+        raise errors.WaitTimeoutError(
+            f'Reverb did not finish writing a checkpoint to '
+            f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
+            's (it may still be writing; raise checkpoint_timeout_s for large '
+            'buffers).') from e
+      except RuntimeError as e:
+        raise errors.CheckpointCorruptError(
+            f'Reverb failed to write a checkpoint to {self._store.reverb_root}:'
+            f' {e}') from e
+      table_stats = self._table_stats()
+      if table_stats != before:
+        # Another client wrote or sampled meanwhile: count what was saved.
+        stored = checkpoint_files.count_items(reverb_path)
+        for name, stats in table_stats.items():
+          stats['items'] = stored.get(name, 0)
+      counts = {'tables': table_stats, 'env_steps': env_steps,
+                'episodes': episodes}
+      path = self._store.commit(
+          reverb_path, lambda name, files: manifest_lib.build_manifest(
+              self._config, counts=counts, files=files, checkpoint_name=name,
+              extra=extra))
+    logging.info('Checkpointed %s items, %d env steps to %s',
+                 {n: s['items'] for n, s in table_stats.items()}, env_steps,
+                 path)
+    return path
+
+  def _wait_for_pending_save(self) -> None:
+    """Waits (bounded) for a save that timed out earlier to finish."""
+    if self._pending_save is None:
+      return
     try:
-      reverb_path = pool.submit(self._client.checkpoint).result(
-          timeout=self._checkpoint_timeout_s)
+      self._pending_save.result(timeout=self._checkpoint_timeout_s)
     except concurrent.futures.TimeoutError as e:
       raise errors.WaitTimeoutError(
-          f'Reverb did not finish writing a checkpoint to '
-          f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} s '
-          '(it may still be writing; raise checkpoint_timeout_s for large '
-          'buffers).') from e
-    finally:
-      pool.shutdown(wait=False)
-    table_stats = self.stats()['tables']
-    if {name: s['items'] for name, s in table_stats.items()} != before:
-      # Something wrote while saving: count what the files really hold.
-      stored = checkpoint_files.count_items(reverb_path)
-      for name, s in table_stats.items():
-        s['items'] = stored.get(name, 0)
-    counts = {'tables': table_stats, 'env_steps': self._env_steps(),
-              'episodes': self._episodes()}
-    path = self._store.commit(
-        reverb_path, lambda name, files: manifest_lib.build_manifest(
-            self._config, counts=counts, files=files, checkpoint_name=name,
-            extra=extra))
-    logging.info('Checkpointed %s items, %d env steps to %s',
-                 {n: s['items'] for n, s in table_stats.items()},
-                 counts['env_steps'], path)
-    return path
+          'an earlier checkpoint is still being written to '
+          f'{self._store.reverb_root} after another '
+          f'{self._checkpoint_timeout_s:g} s.') from e
+    except RuntimeError as e:
+      logging.warning('An earlier timed-out checkpoint failed: %s', e)
+    # Its folder (if any) was never committed; Reverb prunes it on the next
+    # save, or the next start moves it to orphaned/.
+    self._pending_save = None
 
   # ------------------------------------------------------------------- counts
 
@@ -418,23 +501,12 @@ class ReplayBufferManager:
 
     Raises:
       ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if the server does not answer in time.
     """
     self._require_state(started=True)
     return self._sizes()[self._table_configs[0].name]
 
-  def stats(self) -> Dict[str, Any]:
-    """Returns what the buffer holds and has done.
-
-    Returns:
-      `{'tables': {name: {'items', 'max_size', 'inserts', 'samples',
-      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n}`, where
-      `env_steps`/`episodes` count the steps and episodes written through this
-      buffer's observers (carried over from the loaded checkpoint).
-
-    Raises:
-      ManagerStateError: if the manager is not started.
-    """
-    self._require_state(started=True)
+  def _table_stats(self) -> Dict[str, Dict[str, int]]:
     info = server_lib.server_info(self._client, self._connect_timeout_s)
     tables = {}
     for config in self._table_configs:
@@ -447,7 +519,23 @@ class ReplayBufferManager:
           'episodes': t.num_episodes,
           'unique_samples': t.num_unique_samples,
       }
-    return {'tables': tables, 'env_steps': self._env_steps(),
+    return tables
+
+  def stats(self) -> Dict[str, Any]:
+    """Returns what the buffer holds and has done.
+
+    Returns:
+      `{'tables': {name: {'items', 'max_size', 'inserts', 'samples',
+      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n}`, where
+      `env_steps`/`episodes` count the steps and episodes written through this
+      buffer's observers (carried over from the loaded checkpoint).
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if the server does not answer in time.
+    """
+    self._require_state(started=True)
+    return {'tables': self._table_stats(), 'env_steps': self._env_steps(),
             'episodes': self._episodes()}
 
   # ---------------------------------------------------------------- lifecycle
@@ -492,34 +580,44 @@ class ReplayBufferManager:
       ManagerStateError: if the manager is not started.
       WaitTimeoutError: if flushing the observers times out.
     """
-    self._require_state(started=True)
-    for obs in self._observers:
-      obs.end_episode()
-    for config in self._table_configs:
-      self._client.reset(config.name)
-    self._steps_offset = -sum(o.num_steps for o in self._observers)
-    self._episodes_offset = -sum(o.num_episodes for o in self._observers)
+    with self._lock:
+      self._require_state(started=True)
+      for obs in self._observers:
+        obs.end_episode()
+      for config in self._table_configs:
+        self._client.reset(config.name)
+      self._steps_offset = -sum(o.num_steps for o in self._observers)
+      self._episodes_offset = -sum(o.num_episodes for o in self._observers)
 
   def close(self) -> None:
     """Flushes and closes the observers, then stops the server.
 
-    Safe to call more than once. The server is stopped even if a flush fails;
-    the flush error is raised afterwards.
+    Safe to call more than once. A checkpoint still being written (after a
+    timeout) is waited for, up to `checkpoint_timeout_s`. The server is stopped
+    even if a flush or that wait fails; the error is raised afterwards.
 
     Raises:
-      WaitTimeoutError: if an observer could not flush in time.
+      WaitTimeoutError: if an observer could not flush in time, or an earlier
+        checkpoint did not finish.
     """
-    if self._closed:
-      return
-    self._closed = True
-    failure = None
-    for obs in self._observers:
+    with self._lock:
+      if self._closed:
+        return
+      self._closed = True
+      failure = None
+      for obs in self._observers:
+        try:
+          obs.close()
+        except errors.WaitTimeoutError as e:
+          failure = failure or e
+          logging.error('Closing observer failed: %s', e)
       try:
-        obs.close()
+        self._wait_for_pending_save()
       except errors.WaitTimeoutError as e:
         failure = failure or e
-        logging.error('Closing observer failed: %s', e)
-    self._stop_server()
+        logging.error('%s', e)
+      self._stop_server()
+      self._save_pool.shutdown(wait=False)
     if failure:
       raise failure
 
@@ -543,9 +641,11 @@ class ReplayBufferManager:
           f'the buffer is already started (server at {self.server_address}).')
 
   def __enter__(self) -> 'ReplayBufferManager':
+    """Returns the manager itself; `close()` runs on leaving the block."""
     return self
 
   def __exit__(self, exc_type, exc_value, traceback) -> None:
+    """Closes the manager; a close error never masks an error in the block."""
     if exc_type is None:
       self.close()
       return

@@ -20,6 +20,9 @@ MANIFEST_NAME = 'manifest.json'
 FORMAT = 'smart_replay.manifest/1'
 # Fields that must match between a checkpoint and the manager that loads it.
 CONFIG_FIELDS = ('sequence_length', 'stride_length', 'capacity')
+# Installed packages that must match the ones a checkpoint was written with:
+# they define the checkpoint format and how the spec is decoded.
+VERSION_FIELDS = ('dm-reverb', 'tensorflow', 'tf-agents')
 _PACKAGES = ('smart_replay', 'dm-reverb', 'tensorflow', 'tf-agents',
              'tensorflow-probability', 'numpy')
 
@@ -143,6 +146,22 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
       diffs.append((field, stored.get(field), requested.get(field)))
   diffs += tables_lib.diff_table_configs(stored['tables'], requested['tables'])
   return diffs
+
+
+def diff_versions(stored: dict, installed: Optional[dict] = None
+                  ) -> List[Tuple[str, Any, Any]]:
+  """Lists the `VERSION_FIELDS` packages whose versions differ.
+
+  Args:
+    stored: the `versions` entry of a manifest.
+    installed: what `package_versions()` returns; computed when None.
+
+  Returns:
+    `('versions/<package>', stored_version, installed_version)` tuples.
+  """
+  installed = installed or package_versions()
+  return [(f'versions/{name}', stored.get(name), installed.get(name))
+          for name in VERSION_FIELDS if stored.get(name) != installed.get(name)]
 
 
 def format_differences(diffs: List[Tuple[str, Any, Any]],

@@ -3,6 +3,7 @@
 import logging
 import os
 import shutil
+import threading
 import time
 
 import numpy as np
@@ -11,8 +12,10 @@ import reverb
 import tensorflow as tf
 
 import smart_replay
+from smart_replay import checkpoint_files
 from smart_replay import checkpoints
 from smart_replay import manifest as manifest_lib
+from smart_replay import observer as observer_lib
 from smart_replay import server as server_lib
 from smart_replay import specs
 from smart_replay import tables
@@ -66,16 +69,22 @@ def test_counts_mean_what_they_say(make_manager):
   assert manager.stats()['tables']['experience']['samples'] >= 8
 
 
-def test_signature_comes_from_nested_spec_with_policy_info(make_manager,
-                                                           data_spec):
+def test_signature_comes_from_nested_spec_with_policy_info(make_manager):
   manager = make_manager(sequence_length=3)
   manager.create_replay_buffer()
   info = reverb.Client(manager.server_address).server_info(timeout=5)
-  got = [l.describe() for l in specs.flatten_spec(info['experience'].signature)]
-  want = [l.describe() for l in specs.flatten_spec(
-      specs.table_signature(data_spec, 3))]
-  assert got == want
-  assert 'float32[3]' in got  # policy_info/log_probability with time dim.
+  got = {l.path: l.describe()
+         for l in specs.flatten_spec(info['experience'].signature)}
+  assert got == {
+      'step_type': 'int32[3]',
+      'observation/occupancy': 'int32[3]',
+      'observation/temperature': 'float32[3, 3]',
+      'action': 'float32[3, 1]',
+      'policy_info/log_probability': 'float32[3]',
+      'next_step_type': 'int32[3]',
+      'reward': 'float32[3]',
+      'discount': 'float32[3]',
+  }
 
 
 def test_dataset_feeds_a_tf_agents_learner(tmp_path):
@@ -209,10 +218,31 @@ def test_reverb_override_is_caught_after_start(make_manager, saved):
   stored['capacity'] = 500
   stored['tables'][0]['max_size'] = 500
   manifest_lib.write(path, stored)
+  manager = make_manager(capacity=500)
   with pytest.raises(smart_replay.ManifestMismatchError,
                      match='tables/experience/max_size: running=1000, '
                      'requested=500'):
-    make_manager(capacity=500).load_replay_buffer()
+    manager.load_replay_buffer()
+  # The half-started server was stopped: the manager can start again.
+  assert manager.server_address is None
+  manager.create_replay_buffer(overwrite=True)
+  assert manager.num_frames() == 0
+
+
+def test_versions_must_match_unless_allowed(make_manager, saved, caplog):
+  path = os.path.join(saved, manifest_lib.MANIFEST_NAME)
+  stored = manifest_lib.read(path)
+  stored['versions']['dm-reverb'] = '0.13.0'
+  manifest_lib.write(path, stored)
+  with pytest.raises(smart_replay.ManifestMismatchError,
+                     match="versions/dm-reverb: checkpoint='0.13.0', "
+                     "requested='0.14.0'"):
+    make_manager().load_replay_buffer()
+  manager = make_manager(allow_version_mismatch=True)
+  with caplog.at_level(logging.WARNING):
+    manager.load_replay_buffer()
+  assert manager.num_frames() > 0
+  assert any('0.13.0' in r.getMessage() for r in caplog.records)
 
 
 # -- 4. starter buffers are never modified -------------------------------------
@@ -235,6 +265,34 @@ def test_training_from_a_starter_leaves_it_untouched(make_manager, saved,
   # Loading a starter into a directory that has its own checkpoints refuses.
   with pytest.raises(smart_replay.CheckpointExistsError, match='mix two'):
     make_manager(tmp_path / 'run').load_replay_buffer(str(starter_dir))
+
+
+def test_failed_overwrite_keeps_the_old_checkpoints(make_manager, saved,
+                                                   tmp_path):
+  run = make_manager(tmp_path / 'run')
+  run.create_replay_buffer()
+  _write(run, 20, seed=4)
+  own = run.checkpoint()
+  run.close()
+  before = conftest.dir_digest(tmp_path / 'run')
+  # A starter that does not match: the error comes, the run's data stays.
+  with pytest.raises(smart_replay.ManifestMismatchError):
+    make_manager(tmp_path / 'run', capacity=999).load_replay_buffer(
+        str(tmp_path / 'buffer'), overwrite=True)
+  assert conftest.dir_digest(tmp_path / 'run') == before
+  # A create that cannot start (port in use) puts the old data back too.
+  blocker = make_manager(tmp_path / 'other')
+  blocker.create_replay_buffer()
+  port = int(blocker.server_address.split(':')[1])
+  with pytest.raises(ValueError, match='already in use'):
+    make_manager(tmp_path / 'run', port=port).create_replay_buffer(
+        overwrite=True)
+  assert conftest.dir_digest(tmp_path / 'run') == before
+  assert checkpoints.verify(own)
+  # A successful overwrite deletes them.
+  make_manager(tmp_path / 'run').create_replay_buffer(overwrite=True)
+  assert not os.path.exists(own)
+  assert not os.path.exists(tmp_path / 'run' / checkpoints.REPLACED_DIR)
 
 
 # -- 5. checkpoint storage is safe ----------------------------------------------
@@ -279,6 +337,90 @@ def test_damaged_newest_checkpoint_falls_back_with_warning(make_manager, caplog)
     make_manager().load_replay_buffer()
 
 
+def test_counts_are_exact_while_others_write_and_consume(make_manager,
+                                                         data_spec):
+  manager = make_manager(keep_checkpoints=3, table_configs=[tables.TableConfig(
+      max_times_sampled=1)])
+  manager.create_replay_buffer()
+  _write(manager, 200)
+  stop = threading.Event()
+
+  def consume():  # A learner deleting items while the checkpoint is taken.
+    iterator = iter(manager.get_dataset(batch_size=4, sample_timeout_s=0.2))
+    while not stop.is_set():
+      try:
+        next(iterator)
+      except tf.errors.OpError:
+        pass
+
+  def produce():  # An actor with its own client (as a remote one would be).
+    remote = observer_lib.TrajectoryObserver(
+        reverb.Client(manager.server_address), table_names=['experience'],
+        data_spec=data_spec, sequence_length=2)
+    seed = 10
+    while not stop.is_set():
+      conftest.run_actor(remote, 100, seed=seed)
+      seed += 1
+    remote.close()
+
+  threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
+  for t in threads:
+    t.start()
+  paths = []
+  for _ in range(3):
+    time.sleep(0.2)
+    paths.append(manager.checkpoint())
+  stop.set()
+  for t in threads:
+    t.join(timeout=60)
+  for path in paths:
+    manifest = checkpoints.verify(path)
+    stored = checkpoint_files.count_items(path).get('experience', 0)
+    assert manifest['counts']['tables']['experience']['items'] == stored
+  manager.close()
+  fresh = make_manager(keep_checkpoints=3, table_configs=[tables.TableConfig(
+      max_times_sampled=1)])
+  fresh.load_replay_buffer()  # Restored count == manifest count, or it raises.
+  assert fresh.num_frames() == checkpoints.verify(paths[-1])['counts'][
+      'tables']['experience']['items']
+
+
+def test_concurrent_checkpoints_both_succeed(make_manager):
+  manager = make_manager(keep_checkpoints=5)
+  manager.create_replay_buffer()
+  _write(manager, 50)
+  results, failures = [], []
+
+  def save():
+    try:
+      results.append(manager.checkpoint())
+    except Exception as e:  # pylint: disable=broad-except
+      failures.append(e)
+
+  threads = [threading.Thread(target=save) for _ in range(3)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=60)
+  assert not failures
+  assert sorted(os.path.basename(p) for p in results) == [
+      'ckpt-000001', 'ckpt-000002', 'ckpt-000003']
+  for path in results:
+    checkpoints.verify(path)
+
+
+def test_extra_metadata_is_stored_or_rejected_before_saving(make_manager):
+  manager = make_manager()
+  manager.create_replay_buffer()
+  _write(manager, 20)
+  with pytest.raises(ValueError,
+                     match=r"extra\['train_step'\] = 5 \(int64\)"):
+    manager.checkpoint(extra={'train_step': np.int64(5)})
+  assert checkpoints.CheckpointStore(manager.checkpoint_dir).checkpoints() == []
+  path = manager.checkpoint(extra={'train_step': 5})
+  assert checkpoints.verify(path)['extra'] == {'train_step': 5}
+
+
 def test_reverb_root_stays_empty_between_saves(make_manager, tmp_path):
   manager = make_manager()
   manager.create_replay_buffer()
@@ -316,6 +458,16 @@ def test_clear_empties_and_older_checkpoint_still_loads(make_manager):
   fresh = make_manager()
   fresh.load_replay_buffer()
   assert fresh.num_frames() == saved_items
+
+
+def test_close_twice_stops_the_server(make_manager):
+  manager = make_manager()
+  manager.create_replay_buffer()
+  address = manager.server_address
+  manager.close()
+  manager.close()
+  with pytest.raises(smart_replay.WaitTimeoutError):
+    server_lib.server_info(reverb.Client(address), 1.0)
 
 
 def test_close_twice_context_manager_and_use_after_close(tmp_path, data_spec):
