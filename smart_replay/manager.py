@@ -148,8 +148,9 @@ class ReplayBufferManager:
     """Starts a server with an empty buffer.
 
     Args:
-      overwrite: delete the checkpoints already in `checkpoint_dir` instead of
-        refusing to start.
+      overwrite: replace the checkpoints already in `checkpoint_dir` instead of
+        refusing to start; they are deleted once the new buffer is up, and
+        kept if starting it fails.
 
     Returns:
       `(replay_buffer, observer)`: a TF-Agents `ReverbReplayBuffer` on the
@@ -160,6 +161,9 @@ class ReplayBufferManager:
         `overwrite` is False.
       ManagerStateError: if the manager is already started or closed.
       CheckpointCorruptError: if the new server is not empty.
+      ValueError: if the configured `port` is in use.
+      WaitTimeoutError: if the new server does not answer in time.
+      FileExistsError: if an earlier interrupted overwrite left `.replaced/`.
     """
     self._require_state(started=False)
     existing = self._store.existing_data()
@@ -207,8 +211,8 @@ class ReplayBufferManager:
     Args:
       source: None to resume this manager's `checkpoint_dir`; or another
         buffer directory, or one specific `ckpt-N` folder, to start from.
-      overwrite: when `source` is another buffer, allow deleting checkpoints
-        already in `checkpoint_dir`.
+      overwrite: when `source` is another buffer, replace the checkpoints
+        already in `checkpoint_dir` (deleted only once the load succeeded).
 
     Returns:
       `(replay_buffer, observer)` as in `create_replay_buffer`.
@@ -221,6 +225,8 @@ class ReplayBufferManager:
       CheckpointExistsError: if loading another buffer into a non-empty
         `checkpoint_dir` without `overwrite`.
       ManagerStateError: if the manager is already started or closed.
+      ValueError: if the configured `port` is in use.
+      WaitTimeoutError: if the server does not answer in time.
     """
     self._require_state(started=False)
     source = os.path.abspath(source) if source else self._store.root
