@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
-import reverb
+import portpicker
 from tf_agents.replay_buffers import reverb_replay_buffer
 
 from smart_replay import checkpoint_files
@@ -166,6 +166,7 @@ class ReplayBufferManager:
       FileExistsError: if an earlier interrupted overwrite left `.replaced/`.
     """
     self._require_state(started=False)
+    self._check_port()
     existing = self._store.existing_data()
     if existing and not overwrite:
       raise errors.CheckpointExistsError(
@@ -184,6 +185,13 @@ class ReplayBufferManager:
 
     self._replacing(existing, start_empty)
     return self._replay_buffer, self._observers[0]
+
+  def _check_port(self) -> None:
+    # Checked before anything moves, so a busy port is never mistaken for a
+    # checkpoint Reverb could not restore.
+    if self._port is not None and not portpicker.is_port_free(self._port):
+      raise ValueError(f'port {self._port} is already in use; pass another '
+                       'port or port=None to pick a free one.')
 
   def _replacing(self, existing, start) -> None:
     """Runs `start()`; old data in the way is set aside until it succeeds."""
@@ -229,6 +237,7 @@ class ReplayBufferManager:
       WaitTimeoutError: if the server does not answer in time.
     """
     self._require_state(started=False)
+    self._check_port()
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root
     candidates = checkpoints_lib.find_checkpoints(source)
@@ -493,8 +502,7 @@ class ReplayBufferManager:
   # ------------------------------------------------------------------- counts
 
   def _sizes(self) -> Dict[str, int]:
-    info = server_lib.server_info(self._client, self._connect_timeout_s)
-    return {c.name: info[c.name].current_size for c in self._table_configs}
+    return {name: stats['items'] for name, stats in self._table_stats().items()}
 
   def _env_steps(self) -> int:
     return self._steps_offset + sum(o.num_steps for o in self._observers)

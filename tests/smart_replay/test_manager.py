@@ -295,6 +295,15 @@ def test_failed_overwrite_keeps_the_old_checkpoints(make_manager, saved,
   assert not os.path.exists(tmp_path / 'run' / checkpoints.REPLACED_DIR)
 
 
+def test_busy_port_on_load_is_reported_as_such(make_manager, saved, tmp_path):
+  blocker = make_manager(tmp_path / 'blocker')
+  blocker.create_replay_buffer()
+  port = int(blocker.server_address.split(':')[1])
+  with pytest.raises(ValueError, match=f'port {port} is already in use'):
+    make_manager(port=port).load_replay_buffer()
+  checkpoints.verify(saved)  # Untouched, and not called corrupt.
+
+
 # -- 5. checkpoint storage is safe ----------------------------------------------
 
 def test_keeps_last_k_and_unrelated_files(make_manager, tmp_path):
