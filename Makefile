@@ -27,8 +27,13 @@ bazel-check:
 	bazel query //... >/dev/null
 	bazel build $$(bazel query 'kind(py_library, //...)' 2>/dev/null)
 
+# Populate a starter buffer on the embedded thermal environment (4 simulated
+# days), then load it in a fresh process, sample and summarize.
+DEMO_ARGS := --buffer_name=demo --output_dir=demo_output --num_runs=4 --steps_per_run=288
+
 demo: $(STAMP)
-	$(PY) scripts/demo.py --output_dir=demo_output
+	$(VENV)/bin/smart-replay-populate $(DEMO_ARGS) --overwrite --quiet
+	$(VENV)/bin/smart-replay-demo --buffer_dir=demo_output/demo_seq2_1152steps
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info demo_output

@@ -7,7 +7,16 @@ setuptools.setup(
     version='0.1.0',
     description=('A Reverb replay buffer for TF-Agents: built from the '
                  'collect_data_spec, validated, checkpointed and resumed safely.'),
-    packages=setuptools.find_packages(include=['smart_replay', 'smart_replay.*']),
+    packages=(setuptools.find_packages(include=['smart_replay', 'smart_replay.*'])
+              + ['smart_replay_scripts']),
+    # The absl binaries in scripts/ are installed as smart_replay_scripts, so
+    # that console scripts and `python -m smart_replay_scripts.X` work.
+    package_dir={'smart_replay_scripts': 'scripts'},
+    entry_points={'console_scripts': [
+        'smart-replay-populate='
+        'smart_replay_scripts.populate_starter_buffer:run',
+        'smart-replay-demo=smart_replay_scripts.demo:run',
+    ]},
     # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
     python_requires='>=3.9,<3.12',
     install_requires=[

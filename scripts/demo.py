@@ -1,34 +1,47 @@
-"""`make demo`: collect CartPole steps into a buffer, checkpoint, reload, sample.
+"""Second half of `make demo`: load a starter buffer and print a summary.
 
 Usage:
-  python scripts/demo.py --output_dir=demo_output [--steps=2000]
-      [--gin_file=configs/default.gin] [--gin_bindings='run_demo.capacity=5000']
+  smart-replay-demo --buffer_dir=demo_output/demo_seq2_1152steps
 """
+
+import sys
 
 from absl import app
 from absl import flags
 import gin
 
 from smart_replay import demo
+from smart_replay import errors
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('output_dir', 'demo_output', 'Where the buffer is written.')
-flags.DEFINE_integer('steps', 2000, 'Environment steps to collect.')
-flags.DEFINE_boolean('quiet', False, 'No progress bar (for logs).')
+flags.DEFINE_string('buffer_dir', None, 'The buffer directory to summarize.')
+flags.DEFINE_integer('batch_size', 256, 'Size of the sampled batch.',
+                     lower_bound=1)
 flags.DEFINE_multi_string('gin_file', [], 'Gin config files.')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin bindings.')
+flags.mark_flag_as_required('buffer_dir')
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
-  summary = demo.run_demo(output_dir=FLAGS.output_dir, steps=FLAGS.steps,
-                          show_progress=not FLAGS.quiet)
-  print('smart_replay demo summary')
+  try:
+    summary = demo.summarize_buffer(FLAGS.buffer_dir,
+                                    batch_size=FLAGS.batch_size)
+  except (ValueError, errors.SmartReplayError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  print('smart_replay demo: the starter buffer, loaded in a fresh process')
   for key, value in summary.items():
-    print(f'  {key:18s} {value}')
+    print(f'  {key:20s} {value}')
+  return 0
+
+
+def run():
+  """Console-script entry point (`smart-replay-demo`)."""
+  app.run(main)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -89,6 +89,25 @@ def verify(path: str) -> dict:
   return manifest
 
 
+def buffer_dir_of(checkpoint: str) -> str:
+  """Returns the buffer directory holding a `checkpoints/ckpt-N` folder.
+
+  Args:
+    checkpoint: a checkpoint folder.
+
+  Returns:
+    The directory two levels up.
+
+  Raises:
+    ValueError: if `checkpoint` is not inside a `checkpoints/` folder.
+  """
+  parent = os.path.dirname(os.path.abspath(checkpoint))
+  if os.path.basename(parent) != CHECKPOINTS_DIR:
+    raise ValueError(f'{checkpoint} is not inside a {CHECKPOINTS_DIR}/ folder; '
+                     'pass checkpoint_dir explicitly.')
+  return os.path.dirname(parent)
+
+
 def find_checkpoints(source: str) -> List[str]:
   """Lists the checkpoints a load from `source` may use, newest first.
 

@@ -139,6 +139,53 @@ class ReplayBufferManager:
     self._save_pool = concurrent.futures.ThreadPoolExecutor(
         1, thread_name_prefix='smart_replay_checkpoint')
     self._pending_save = None
+    self._loaded_manifest = None
+    self._loaded_checkpoint = None
+
+  @classmethod
+  def from_checkpoint(cls, source: str, *, checkpoint_dir: Optional[str] = None,
+                      **kwargs) -> 'ReplayBufferManager':
+    """Builds a manager configured like the newest checkpoint at `source`.
+
+    Spec, capacity, sequence and stride length and table configs are read
+    from the checkpoint's manifest instead of being guessed.
+
+    Args:
+      source: a buffer directory or one `ckpt-N` folder.
+      checkpoint_dir: where this manager writes; default the buffer directory
+        of `source` (continue in place). Pass another directory to train from
+        a starter buffer without touching it, then call
+        `load_replay_buffer(source)`.
+      **kwargs: other `ReplayBufferManager` arguments (timeouts, ...).
+
+    Returns:
+      An unstarted `ReplayBufferManager`.
+
+    Raises:
+      CheckpointNotFoundError: if there is no checkpoint at `source`.
+      CheckpointCorruptError: if no checkpoint there has a readable manifest.
+    """
+    candidates = checkpoints_lib.find_checkpoints(source)
+    if checkpoint_dir is None:
+      checkpoint_dir = checkpoints_lib.buffer_dir_of(candidates[0])
+    problems = []
+    for path in candidates:
+      try:
+        stored = manifest_lib.read(os.path.join(path,
+                                                manifest_lib.MANIFEST_NAME))
+      except (OSError, ValueError) as e:
+        problems.append(f'{path}: {e}')
+        continue
+      return cls(
+          data_spec=specs.spec_from_json(stored['data_spec']),
+          capacity=stored['capacity'],
+          checkpoint_dir=checkpoint_dir,
+          sequence_length=stored['sequence_length'],
+          stride_length=stored['stride_length'],
+          table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
+          **kwargs)
+    raise errors.CheckpointCorruptError(
+        f'no readable manifest in {source}: ' + ' | '.join(problems))
 
   # ----------------------------------------------------------------- start-up
 
@@ -308,6 +355,8 @@ class ReplayBufferManager:
           f'records {expected}.')
     self._steps_offset = manifest['counts']['env_steps']
     self._episodes_offset = manifest['counts']['episodes']
+    self._loaded_manifest = manifest
+    self._loaded_checkpoint = path
     logging.info('Loaded replay buffer from %s: %s items, %d env steps.', path,
                  restored, self._steps_offset)
 
@@ -573,6 +622,28 @@ class ReplayBufferManager:
   def checkpoint_dir(self) -> str:
     """The absolute buffer directory."""
     return self._store.root
+
+  @property
+  def data_spec(self) -> Any:
+    """The spec of one step this buffer stores."""
+    return self._data_spec
+
+  @property
+  def loaded_manifest(self) -> Optional[Dict[str, Any]]:
+    """The manifest of the checkpoint `load_replay_buffer` restored, or None.
+
+    Its `extra` holds what was passed to `checkpoint(extra=...)`.
+    """
+    return self._loaded_manifest
+
+  @property
+  def loaded_checkpoint(self) -> Optional[str]:
+    """The checkpoint folder `load_replay_buffer` restored, or None."""
+    return self._loaded_checkpoint
+
+  def existing_checkpoints(self) -> Sequence[str]:
+    """Returns the `ckpt-N` folders in `checkpoint_dir`, oldest first."""
+    return self._store.checkpoints()
 
   def flush(self) -> None:
     """Flushes every observer of this manager.

@@ -167,7 +167,8 @@ def spec_from_json(data: dict) -> Any:
     data: the dict `spec_to_json` returned.
 
   Returns:
-    The original nest of `tf.TensorSpec`/`BoundedTensorSpec`.
+    The original nest of `tf.TensorSpec`/`BoundedTensorSpec`; a top-level
+    `Trajectory` comes back as `tf_agents.trajectories.Trajectory`.
 
   Raises:
     ValueError: if `data` has no `proto` entry.
@@ -176,7 +177,13 @@ def spec_from_json(data: dict) -> Any:
     raise ValueError(f'stored spec has no "proto" entry; keys: {sorted(data)}')
   from tensorflow.core.protobuf import struct_pb2  # pylint: disable=g-import-not-at-top
   proto = struct_pb2.StructuredValue.FromString(base64.b64decode(data['proto']))
-  return tensor_spec.from_proto(proto)
+  spec = tensor_spec.from_proto(proto)
+  # The proto rebuilds namedtuples as look-alike classes; give TF-Agents its
+  # own Trajectory back (agents and observers check the type).
+  if (type(spec).__name__ == 'Trajectory' and
+      getattr(spec, '_fields', None) == trajectory_lib.Trajectory._fields):
+    spec = trajectory_lib.Trajectory(*spec)
+  return spec
 
 
 def diff_spec_leaves(stored: List[dict], requested: List[dict],

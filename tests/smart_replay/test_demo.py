@@ -2,25 +2,34 @@
 
 import pytest
 
-from smart_replay import checkpoints
+import smart_replay
 from smart_replay import demo
+from smart_replay import populate
+from tests import conftest
 
 
-def test_run_demo_collects_checkpoints_and_reloads(tmp_path):
-  summary = demo.run_demo(output_dir=str(tmp_path), steps=300, chunk=100,
-                          batch_size=8, show_progress=False)
-  manifest = checkpoints.verify(summary['checkpoint'])
-  counts = manifest['counts']
-  assert summary['items'] == counts['tables']['experience']['items'] > 0
-  assert summary['env_steps'] == counts['env_steps'] >= 300
-  # Each finished CartPole episode of n steps gives n - 1 two-step items.
-  assert summary['items'] == summary['env_steps'] - summary['episodes'] - (
-      summary['env_steps'] > 0 and 1)
-  assert summary['batch_shape'] == (8, 2, 4)
-  assert 0.0 < summary['batch_mean_reward'] <= 1.0
+@pytest.fixture(scope='module')
+def starter(tmp_path_factory):
+  return populate.populate_starter_buffer(
+      buffer_name='demo', output_dir=str(tmp_path_factory.mktemp('starters')),
+      steps_per_run=288, num_runs=2, show_progress=False)
 
 
-@pytest.mark.parametrize('kwargs', [{'steps': 0}, {'chunk': 0}])
-def test_run_demo_rejects_bad_numbers(tmp_path, kwargs):
-  with pytest.raises(ValueError, match=list(kwargs)[0]):
-    demo.run_demo(output_dir=str(tmp_path), **kwargs)
+def test_summary_describes_the_buffer_without_touching_it(starter):
+  before = conftest.dir_digest(starter.buffer_dir)
+  summary = demo.summarize_buffer(starter.buffer_dir, batch_size=64)
+  assert conftest.dir_digest(starter.buffer_dir) == before
+  assert summary['checkpoint'] == starter.checkpoint
+  assert summary['items'] == starter.items == 575
+  assert summary['steps_collected'] == starter.steps == 576
+  assert summary['episodes'] == starter.episodes == 1
+  assert summary['batch_shape'] == (64, 2, 5)
+  assert summary['policy_class'] == 'SchedulePolicy'
+  # The schedule policy keeps comfort: the mean per-step cost is small.
+  assert -0.2 < summary['sampled_mean_reward'] < 0
+
+
+def test_missing_buffer_is_reported(tmp_path):
+  with pytest.raises(smart_replay.CheckpointNotFoundError,
+                     match=str(tmp_path / 'nothing')):
+    demo.summarize_buffer(str(tmp_path / 'nothing'))

@@ -34,7 +34,9 @@ def test_validate_data_spec_names_the_bad_leaf():
 
 def test_spec_json_round_trip(data_spec):
   stored = specs.spec_to_json(data_spec)
-  assert specs.spec_from_json(stored) == data_spec
+  restored = specs.spec_from_json(stored)
+  assert restored == data_spec
+  assert type(restored) is type(data_spec)  # tf_agents' own Trajectory.
   action = [l for l in stored['leaves'] if l['path'] == 'action'][0]
   assert action['minimum'] == -1.0 and action['maximum'] == 1.0
 

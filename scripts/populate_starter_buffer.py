@@ -1,0 +1,105 @@
+r"""Populates a starter replay buffer from a baseline policy.
+
+Examples:
+  smart-replay-populate --buffer_name=office --num_runs=10
+  smart-replay-populate --buffer_name=cartpole --env=gym:CartPole-v1 \
+      --steps_per_run=500 --num_runs=4
+  smart-replay-populate --buffer_name=trained --env=gym:CartPole-v1 \
+      --policy=saved:/path/to/policy_saver_dir
+  smart-replay-populate --buffer_name=office --gin_file=configs/populate_thermal.gin
+
+Also runnable as `python -m smart_replay_scripts.populate_starter_buffer` once
+installed (or `python -m scripts.populate_starter_buffer` from the repository).
+Flags given on the command line override gin; other settings come from gin
+files/bindings, then from the defaults of `populate_starter_buffer`.
+
+Exit codes: 0 done; 2 bad flags or an existing buffer; 128 + signal number
+after SIGINT/SIGTERM (a final checkpoint was written; continue with --resume).
+"""
+
+import signal
+import sys
+
+from absl import app
+from absl import flags
+import gin
+
+from smart_replay import errors
+from smart_replay import populate
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('buffer_name', None, 'Plain name of the starter buffer.')
+flags.DEFINE_string('output_dir', './starter_buffers',
+                    'Directory holding starter buffers.')
+flags.DEFINE_integer('capacity', 50_000, 'Buffer capacity in items.',
+                     lower_bound=1)
+flags.DEFINE_integer('steps_per_run', 288, 'Policy steps per run.',
+                     lower_bound=1)
+flags.DEFINE_integer('num_runs', 10, 'Number of runs.', lower_bound=1)
+flags.DEFINE_integer('sequence_length', 2, 'Steps per item.', lower_bound=1)
+flags.DEFINE_string('env', 'thermal', "'thermal' or 'gym:<id>'.")
+flags.DEFINE_string('policy', 'baseline',
+                    "'baseline', 'schedule', 'scripted', 'random' or "
+                    "'saved:<policy_saver dir>'.")
+flags.DEFINE_integer('seed', 0, 'Environment and random-policy seed.')
+flags.DEFINE_multi_string('gin_file', [], 'Gin config file (repeatable).')
+flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
+flags.DEFINE_boolean('overwrite', False, 'Replace an existing buffer.')
+flags.DEFINE_boolean('resume', False,
+                     'Continue an existing buffer up to the requested total.')
+flags.DEFINE_boolean('checkpoint_every_run', True,
+                     'Checkpoint after every run (not only at the end).')
+flags.DEFINE_boolean('quiet', False, 'Log lines instead of a progress bar.')
+flags.mark_flag_as_required('buffer_name')
+# The original tool's spellings.
+flags.DEFINE_alias('buffer-name', 'buffer_name')
+flags.DEFINE_alias('steps-per-run', 'steps_per_run')
+flags.DEFINE_alias('num-runs', 'num_runs')
+
+# Passed to populate_starter_buffer only when given on the command line, so
+# that gin files can set them too.
+_OPTIONAL = ('output_dir', 'capacity', 'steps_per_run', 'num_runs',
+             'sequence_length', 'env', 'policy', 'seed', 'overwrite', 'resume',
+             'checkpoint_every_run')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  stop = {}
+
+  def request_stop(signum, _):
+    stop.setdefault('signal', signum)
+    print(f'\n{signal.Signals(signum).name}: stopping after this step and '
+          'writing a final checkpoint...', file=sys.stderr)
+
+  signal.signal(signal.SIGINT, request_stop)
+  signal.signal(signal.SIGTERM, request_stop)
+  given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
+  try:
+    result = populate.populate_starter_buffer(
+        buffer_name=FLAGS.buffer_name, show_progress=not FLAGS.quiet,
+        stop_requested=lambda: 'signal' in stop, **given)
+  except (ValueError, errors.SmartReplayError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  if result.interrupted:
+    print(f'Interrupted: saved {result.steps} of {result.total_steps} steps '
+          f'({result.items} items) in {result.checkpoint}. Continue with '
+          '--resume.', file=sys.stderr)
+    return 128 + stop['signal']
+  print(f'Populated {result.buffer_dir}: {result.steps} steps, '
+        f'{result.episodes} episodes, {result.runs} runs, {result.items} '
+        f'items.\n  checkpoint: {result.checkpoint}\n  provenance: '
+        f'{result.provenance}')
+  return 0
+
+
+def run():
+  """Console-script entry point (`smart-replay-populate`)."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,1 @@
+"""Environments shipped with smart_replay (no downloads)."""

@@ -1,0 +1,1 @@
+"""Baseline policies used to populate starter buffers."""

@@ -1,0 +1,152 @@
+"""Tests for smart_replay.populate (the library function)."""
+
+import json
+import logging
+import os
+
+import gin
+import pytest
+
+import smart_replay
+from smart_replay import checkpoints
+from smart_replay import populate
+
+
+def _populate(tmp_path, **kwargs):
+  kwargs.setdefault('buffer_name', 'office')
+  kwargs.setdefault('output_dir', str(tmp_path))
+  kwargs.setdefault('steps_per_run', 288)
+  kwargs.setdefault('num_runs', 3)
+  kwargs.setdefault('show_progress', False)
+  return populate.populate_starter_buffer(**kwargs)
+
+
+def _load(buffer_dir):
+  manager = smart_replay.ReplayBufferManager.from_checkpoint(buffer_dir)
+  manager.load_replay_buffer()
+  return manager
+
+
+def test_populate_then_load_counts_match_steps_and_runs(tmp_path):
+  result = _populate(tmp_path)
+  assert result.buffer_dir == str(tmp_path / 'office_seq2_864steps')
+  assert (result.steps, result.runs, result.total_steps) == (864, 3, 864)
+  # Three simulated days; the third day's boundary step is not reached.
+  assert result.episodes == 2
+  assert result.items == 863  # 288 + 288 + 287 two-step windows.
+  assert [os.path.basename(p) for p in checkpoints.find_checkpoints(
+      result.buffer_dir)] == ['ckpt-000003', 'ckpt-000002']  # Keep last 2.
+  with _load(result.buffer_dir) as manager:
+    assert manager.num_frames() == result.items
+    assert manager.loaded_manifest['extra']['populate'] == {
+        'steps': 864, 'episodes': 2, 'runs': 3, 'total_steps': 864}
+    trajectory, _ = next(iter(manager.get_dataset(batch_size=16)))
+    assert trajectory.observation.shape == [16, 2, 5]
+
+
+def test_provenance_records_what_ran(tmp_path):
+  with gin.unlock_config():
+    gin.parse_config('ThermalZoneEnv.outdoor_mean = 3.0')
+  try:
+    result = _populate(tmp_path, seed=7, num_runs=2)
+  finally:
+    gin.clear_config()
+  with open(result.provenance) as f:
+    record = json.load(f)
+  assert record['env'] == 'thermal' and record['policy'] == 'baseline'
+  assert record['policy_class'] == 'SchedulePolicy' and record['seed'] == 7
+  assert record['steps_collected'] == 576 == record['total_steps_requested']
+  assert record['episodes_collected'] == 1 and record['runs_completed'] == 2
+  assert record['complete'] and not record['interrupted']
+  assert record['items'] == result.items and record['evicted_items'] == 0
+  assert 'ThermalZoneEnv.outdoor_mean = 3.0' in record['gin_config']
+  assert 'populate_starter_buffer.' in record['gin_config']
+  assert record['versions']['dm-reverb'] == '0.14.0'
+  assert [l['path'] for l in record['data_spec']][:3] == [
+      'step_type', 'observation', 'action']
+  (session,) = record['sessions']
+  assert session['steps'] == 576 and session['seconds'] > 0
+  assert session['checkpoint'] == result.checkpoint
+
+
+def test_existing_buffer_is_refused_unless_overwrite(tmp_path):
+  first = _populate(tmp_path, num_runs=1)
+  with pytest.raises(smart_replay.CheckpointExistsError,
+                     match='--resume.*--overwrite'):
+    _populate(tmp_path, num_runs=1)
+  second = _populate(tmp_path, num_runs=1, overwrite=True, seed=5)
+  assert second.buffer_dir == first.buffer_dir
+  assert [os.path.basename(p) for p in checkpoints.find_checkpoints(
+      second.buffer_dir)] == ['ckpt-000001']
+  with pytest.raises(ValueError, match='overwrite and resume'):
+    _populate(tmp_path, num_runs=1, overwrite=True, resume=True)
+
+
+def test_interrupted_run_loads_and_resume_reaches_the_total(tmp_path):
+  calls = {'n': 0}
+
+  def stop_after_400_steps():
+    calls['n'] += 1
+    return calls['n'] >= 400
+
+  partial = _populate(tmp_path, stop_requested=stop_after_400_steps)
+  assert partial.interrupted
+  assert 0 < partial.steps < 864 and partial.runs == partial.steps // 288
+  with _load(partial.buffer_dir) as manager:  # The interrupted buffer loads.
+    assert manager.num_frames() == partial.items > 0
+  resumed = _populate(tmp_path, resume=True)
+  assert not resumed.interrupted
+  assert (resumed.steps, resumed.runs) == (864, 3)  # Exactly the total.
+  with open(resumed.provenance) as f:
+    record = json.load(f)
+  first, second = record['sessions']
+  assert first['steps'] + second['steps'] == 864
+  assert second['resumed'] and first['seed'] != second['seed']
+  assert record['complete']
+  # Resuming a complete buffer collects nothing more.
+  again = _populate(tmp_path, resume=True)
+  assert again.steps == 864 and again.items == resumed.items
+
+
+def test_resume_with_other_settings_lists_differences(tmp_path):
+  _populate(tmp_path, num_runs=1)
+  with pytest.raises(smart_replay.ManifestMismatchError,
+                     match='capacity: checkpoint=50000, requested=1000'):
+    _populate(tmp_path, num_runs=1, resume=True, capacity=1000)
+
+
+def test_full_buffer_is_announced(tmp_path, caplog):
+  with caplog.at_level(logging.WARNING):
+    result = _populate(tmp_path, capacity=100, steps_per_run=150, num_runs=2)
+  messages = ' '.join(r.getMessage() for r in caplog.records)
+  assert 'capacity is 100' in messages  # Up front...
+  with open(result.provenance) as f:
+    record = json.load(f)
+  assert result.items == 100 and record['evicted_items'] > 150  # ...and after.
+
+
+def test_cartpole_with_random_and_scripted_policies(tmp_path):
+  scripted = _populate(tmp_path, buffer_name='cp', env='gym:CartPole-v1',
+                       steps_per_run=200, num_runs=2)
+  random = _populate(tmp_path, buffer_name='cpr', env='gym:CartPole-v1',
+                     policy='random', steps_per_run=200, num_runs=2)
+  assert scripted.steps == random.steps == 400
+  assert random.episodes > 3 * max(scripted.episodes, 1)
+  with _load(scripted.buffer_dir) as manager:
+    trajectory, _ = next(iter(manager.get_dataset(batch_size=8)))
+    assert trajectory.observation.shape == [8, 2, 4]
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    ({'buffer_name': 'a/b'}, "buffer_name 'a/b' is not a plain name"),
+    ({'buffer_name': '..'}, 'not a plain name'),
+    ({'buffer_name': ''}, 'not a plain name'),
+    ({'capacity': -5}, 'capacity must be a positive integer, got -5'),
+    ({'sequence_length': 0}, 'sequence_length must be a positive integer'),
+    ({'env': 'gym:Nope-v9'}, "unknown Gym environment id 'Nope-v9'"),
+    ({'policy': 'clever'}, "unknown policy 'clever'"),
+])
+def test_bad_arguments_are_named(tmp_path, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    _populate(tmp_path, **kwargs)
+  assert not os.listdir(tmp_path)  # Nothing was created.
