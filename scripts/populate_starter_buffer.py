@@ -15,6 +15,7 @@ files/bindings, then from the defaults of `populate_starter_buffer`.
 
 Exit codes: 0 done; 2 bad flags or an existing buffer; 128 + signal number
 after SIGINT/SIGTERM (a final checkpoint was written; continue with --resume).
+A second SIGINT/SIGTERM quits at once, without the final checkpoint.
 """
 
 import signal
@@ -70,9 +71,12 @@ def main(argv):
   stop = {}
 
   def request_stop(signum, _):
-    stop.setdefault('signal', signum)
+    if 'signal' in stop:  # Asked twice: quit now, without a final checkpoint.
+      raise KeyboardInterrupt
+    stop['signal'] = signum
     print(f'\n{signal.Signals(signum).name}: stopping after this step and '
-          'writing a final checkpoint...', file=sys.stderr)
+          'writing a final checkpoint (send it again to quit at once; the '
+          'last completed checkpoint stays loadable)...', file=sys.stderr)
 
   signal.signal(signal.SIGINT, request_stop)
   signal.signal(signal.SIGTERM, request_stop)
@@ -84,6 +88,14 @@ def main(argv):
   except (ValueError, errors.SmartReplayError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  except KeyboardInterrupt:
+    print('Quit without a final checkpoint; the last completed checkpoint '
+          'loads, and --resume continues from it.', file=sys.stderr)
+    return 128 + stop.get('signal', signal.SIGINT)
+  finally:
+    # Nothing is left to interrupt: a late signal must not change the exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
   if result.interrupted:
     print(f'Interrupted: saved {result.steps} of {result.total_steps} steps '
           f'({result.items} items) in {result.checkpoint}. Continue with '

@@ -151,11 +151,13 @@ class _Progress:
     now = time.monotonic()
     if now - self._last_check >= 1.0:
       self._last_check = now
-      self._refresh(now)
+      self.refresh(now)
     if self._stop_requested is not None and self._stop_requested():
       raise _Stop()
 
-  def _refresh(self, now: float) -> None:
+  def refresh(self, now: Optional[float] = None) -> None:
+    """Reads the buffer size, warns once when full, updates the display."""
+    now = time.monotonic() if now is None else now
     self._items = self._manager.num_frames()
     if self._items >= self._capacity and not self._warned_full:
       self._warned_full = True
@@ -311,6 +313,7 @@ def populate_starter_buffer(
           interrupted = True
         state['steps'], state['episodes'] = progress.steps, progress.episodes
         state['runs'] = state['steps'] // steps_per_run
+        progress.refresh()  # Short runs may not reach the periodic check.
         if checkpoint_every_run or interrupted or state['steps'] >= total:
           checkpoint = manager.checkpoint(extra={'populate': dict(state)})
           session.update(finished_utc=_now(),

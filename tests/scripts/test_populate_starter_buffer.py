@@ -106,6 +106,20 @@ def test_sigterm_writes_a_final_checkpoint_and_exits_non_zero(tmp_path):
     assert manager.num_frames() == record['items']
 
 
+def test_a_second_signal_quits_at_once_and_the_buffer_still_loads(tmp_path):
+  process = _start_long_run(tmp_path)
+  buffer_dir = tmp_path / 'long_seq2_144000steps'
+  _wait_for_checkpoint(buffer_dir, 2, process)
+  process.send_signal(signal.SIGTERM)
+  time.sleep(0.05)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 128 + signal.SIGTERM
+  assert 'send it again to quit at once' in stderr
+  with _load(str(buffer_dir)) as manager:
+    assert manager.loaded_manifest['extra']['populate']['steps'] >= 576
+
+
 def test_kill_9_loses_at_most_the_last_run(tmp_path):
   process = _start_long_run(tmp_path)
   buffer_dir = tmp_path / 'long_seq2_144000steps'

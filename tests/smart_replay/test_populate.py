@@ -119,10 +119,11 @@ def test_full_buffer_is_announced(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     result = _populate(tmp_path, capacity=100, steps_per_run=150, num_runs=2)
   messages = ' '.join(r.getMessage() for r in caplog.records)
-  assert 'capacity is 100' in messages  # Up front...
+  assert 'capacity is 100' in messages  # Up front,
+  assert 'The buffer is full (100 items = capacity)' in messages  # when full,
   with open(result.provenance) as f:
     record = json.load(f)
-  assert result.items == 100 and record['evicted_items'] > 150  # ...and after.
+  assert result.items == 100 and record['evicted_items'] > 150  # and after.
 
 
 def test_cartpole_with_random_and_scripted_policies(tmp_path):
