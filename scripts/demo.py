@@ -23,6 +23,14 @@ flags.mark_flag_as_required('buffer_dir')
 
 
 def main(argv):
+  """Prints the summary of --buffer_dir.
+
+  Args:
+    argv: leftover command-line arguments (none are accepted).
+
+  Returns:
+    0, or 2 if the buffer cannot be loaded.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)

@@ -65,33 +65,36 @@ _OPTIONAL = ('output_dir', 'capacity', 'steps_per_run', 'num_runs',
 
 
 def main(argv):
+  """Parses gin, installs the signal handlers, runs populate_starter_buffer.
+
+  Args:
+    argv: leftover command-line arguments (none are accepted).
+
+  Returns:
+    The process exit code (see the module docstring).
+  """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
-  stop = {}
-
-  def request_stop(signum, _):
-    if 'signal' in stop:  # Asked twice: quit now, without a final checkpoint.
-      raise KeyboardInterrupt
-    stop['signal'] = signum
-    print(f'\n{signal.Signals(signum).name}: stopping after this step and '
-          'writing a final checkpoint (send it again to quit at once; the '
-          'last completed checkpoint stays loadable)...', file=sys.stderr)
-
-  signal.signal(signal.SIGINT, request_stop)
-  signal.signal(signal.SIGTERM, request_stop)
+  stop = populate.StopRequest()
+  signal.signal(signal.SIGINT, stop.handle)
+  signal.signal(signal.SIGTERM, stop.handle)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
   try:
     result = populate.populate_starter_buffer(
         buffer_name=FLAGS.buffer_name, show_progress=not FLAGS.quiet,
-        stop_requested=lambda: 'signal' in stop, **given)
+        stop_requested=stop, **given)
   except (ValueError, errors.SmartReplayError) as e:
     print(f'error: {e}', file=sys.stderr)
+    return 2
+  except OSError as e:
+    print(f'error: cannot write the buffer under {FLAGS.output_dir!r}: {e}',
+          file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print('Quit without a final checkpoint; the last completed checkpoint '
           'loads, and --resume continues from it.', file=sys.stderr)
-    return 128 + stop.get('signal', signal.SIGINT)
+    return 128 + (stop.signal or signal.SIGINT)
   finally:
     # Nothing is left to interrupt: a late signal must not change the exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -100,7 +103,7 @@ def main(argv):
     print(f'Interrupted: saved {result.steps} of {result.total_steps} steps '
           f'({result.items} items) in {result.checkpoint}. Continue with '
           '--resume.', file=sys.stderr)
-    return 128 + stop['signal']
+    return 128 + stop.signal
   print(f'Populated {result.buffer_dir}: {result.steps} steps, '
         f'{result.episodes} episodes, {result.runs} runs, {result.items} '
         f'items.\n  checkpoint: {result.checkpoint}\n  provenance: '

@@ -86,6 +86,7 @@ class ReplayBufferManager:
                checkpoint_timeout_s: float = 600.0,
                port: Optional[int] = None,
                allow_version_mismatch: bool = False):
+    data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
     _positive('capacity', capacity, integer=True)
     _positive('sequence_length', sequence_length, integer=True)
@@ -162,9 +163,17 @@ class ReplayBufferManager:
       An unstarted `ReplayBufferManager`.
 
     Raises:
+      ValueError: if `kwargs` sets something the manifest decides.
       CheckpointNotFoundError: if there is no checkpoint at `source`.
       CheckpointCorruptError: if no checkpoint there has a readable manifest.
     """
+    controlled = sorted(set(kwargs) & {'data_spec', 'capacity',
+                                       'sequence_length', 'stride_length',
+                                       'table_configs'})
+    if controlled:
+      raise ValueError(f'from_checkpoint reads {controlled} from the '
+                       "checkpoint's manifest; do not pass them (construct "
+                       'ReplayBufferManager directly to change them).')
     candidates = checkpoints_lib.find_checkpoints(source)
     if checkpoint_dir is None:
       checkpoint_dir = checkpoints_lib.buffer_dir_of(candidates[0])
@@ -589,9 +598,13 @@ class ReplayBufferManager:
 
     Returns:
       `{'tables': {name: {'items', 'max_size', 'inserts', 'samples',
-      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n}`, where
-      `env_steps`/`episodes` count the steps and episodes written through this
-      buffer's observers (carried over from the loaded checkpoint).
+      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n,
+      'short_episodes': n, 'short_episode_steps': n}`, where `env_steps` /
+      `episodes` count the steps and episodes written through this buffer's
+      observers (carried over from the loaded checkpoint), and
+      `short_episodes` counts episodes, in this session, shorter than
+      `sequence_length` (they make no item; their steps are in
+      `short_episode_steps`).
 
     Raises:
       ManagerStateError: if the manager is not started.
@@ -599,7 +612,10 @@ class ReplayBufferManager:
     """
     self._require_state(started=True)
     return {'tables': self._table_stats(), 'env_steps': self._env_steps(),
-            'episodes': self._episodes()}
+            'episodes': self._episodes(),
+            'short_episodes': sum(o.num_short_episodes for o in self._observers),
+            'short_episode_steps': sum(o.num_short_episode_steps
+                                       for o in self._observers)}
 
   # ---------------------------------------------------------------- lifecycle
 

@@ -83,6 +83,9 @@ class TrajectoryObserver:
     self.num_steps = 0
     self.num_episodes = 0
     self.num_items = 0
+    # Episodes (or fragments cut by a reset) too short to make one item.
+    self.num_short_episodes = 0
+    self.num_short_episode_steps = 0
 
   @property
   def table_names(self):
@@ -166,6 +169,9 @@ class TrajectoryObserver:
     with self._lock:
       if self._writer is None:
         return
+      if 0 < self._cached_steps < self._sequence_length:
+        self.num_short_episodes += 1
+        self.num_short_episode_steps += self._cached_steps
       self._cached_steps = 0
       self._wait('the end of an episode', lambda: self._writer.end_episode(
           clear_buffers=True, timeout_ms=self._timeout_ms))

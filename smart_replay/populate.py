@@ -23,6 +23,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
 
+from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay import manifest as manifest_lib
@@ -65,6 +66,48 @@ class _Stop(Exception):
   """Raised inside the Actor's loop to end collection early."""
 
 
+class _Done(Exception):
+  """Raised inside the Actor's loop when the requested total is reached."""
+
+
+class StopRequest:
+  """Turns SIGINT/SIGTERM into a graceful stop, and a second one into a quit.
+
+  Install `handle` as the signal handler and pass the object itself as
+  `stop_requested`: the first signal asks collection to stop after the current
+  step (a final checkpoint follows); a second one raises `KeyboardInterrupt`
+  to quit at once, leaving the last completed checkpoint.
+
+  Attributes:
+    signal: the number of the first signal received, or None.
+  """
+
+  def __init__(self):
+    self.signal = None
+
+  def __call__(self) -> bool:
+    """Returns True once a stop was requested."""
+    return self.signal is not None
+
+  def handle(self, signum: int, frame=None) -> None:
+    """Signal handler.
+
+    Args:
+      signum: the signal number.
+      frame: unused (the interrupted stack frame).
+
+    Raises:
+      KeyboardInterrupt: on the second signal.
+    """
+    del frame
+    if self.signal is not None:
+      raise KeyboardInterrupt
+    self.signal = signum
+    logging.warning('Signal %d: stopping after this step and writing a final '
+                    'checkpoint (send it again to quit at once; the last '
+                    'completed checkpoint stays loadable).', signum)
+
+
 def validate_buffer_name(name: str) -> str:
   """Checks that `name` is a plain name usable as a directory name.
 
@@ -101,6 +144,28 @@ def buffer_dir_name(buffer_name: str, sequence_length: int,
   return f'{buffer_name}_seq{sequence_length}_{total_steps}steps'
 
 
+def find_buffers(output_dir: str, buffer_name: str,
+                 sequence_length: int) -> list:
+  """Lists buffer directories of this name and sequence length, any total.
+
+  Args:
+    output_dir: where buffers are created.
+    buffer_name: the plain buffer name.
+    sequence_length: steps per item.
+
+  Returns:
+    Paths of `<buffer_name>_seq<L>_<N>steps` directories holding checkpoints.
+  """
+  pattern = re.compile(rf'^{re.escape(buffer_name)}_seq{sequence_length}_'
+                       r'\d+steps$')
+  if not os.path.isdir(output_dir):
+    return []
+  return sorted(
+      os.path.join(output_dir, name) for name in os.listdir(output_dir)
+      if pattern.match(name) and os.path.isdir(
+          os.path.join(output_dir, name, checkpoints_lib.CHECKPOINTS_DIR)))
+
+
 def derived_seed(seed: int, session: int) -> int:
   """Returns the seed for session `session` of a buffer seeded with `seed`.
 
@@ -120,12 +185,19 @@ def derived_seed(seed: int, session: int) -> int:
 
 
 class _Progress:
-  """An Actor observer: counts steps, shows progress, stops on request."""
+  """The Actor's observer: writes the step, counts it, shows progress, stops.
 
-  def __init__(self, *, total: int, done: int, episodes: int, label: str,
+  It calls the manager's observer itself, first: `tf_agents.train.Actor`
+  de-duplicates its observers through a set, so their order is arbitrary, and
+  a step counted (or a stop raised) before it is written would be lost.
+  """
+
+  def __init__(self, observer: Callable[[Any], None], *, total: int,
+               done: int, episodes: int, label: str,
                manager: manager_lib.ReplayBufferManager, capacity: int,
                show_progress: bool, log_every_s: float,
                stop_requested: Optional[Callable[[], bool]]):
+    self._observer = observer
     self.steps = done
     self.episodes = episodes
     self._total = total
@@ -142,12 +214,15 @@ class _Progress:
                           dynamic_ncols=True) if show_progress else None
 
   def __call__(self, trajectory) -> None:
+    self._observer(trajectory)
     if bool(np.asarray(trajectory.is_boundary())):
       self.episodes += 1
     else:
       self.steps += 1
       if self._bar is not None:
         self._bar.update(1)
+      if self.steps >= self._total:
+        raise _Done()
     now = time.monotonic()
     if now - self._last_check >= 1.0:
       self._last_check = now
@@ -178,6 +253,7 @@ class _Progress:
                    self._items, eta)
 
   def close(self) -> None:
+    """Closes the progress bar."""
     if self._bar is not None:
       self._bar.close()
 
@@ -245,19 +321,70 @@ def populate_starter_buffer(
     raise ValueError('overwrite and resume exclude each other: resume keeps '
                      'the existing buffer, overwrite replaces it.')
   total = steps_per_run * num_runs
-  buffer_dir = os.path.abspath(os.path.join(
-      output_dir, buffer_dir_name(buffer_name, sequence_length, total)))
-  provenance_path = os.path.join(buffer_dir, PROVENANCE_NAME)
-
-  # The first session's environment decides the spec; a resumed session
-  # re-creates both with a derived seed (see below).
+  output_dir = os.path.abspath(output_dir)
+  buffer_dir = os.path.join(output_dir, buffer_dir_name(buffer_name,
+                                                        sequence_length, total))
   environment = env_factory.make_environment(env, seed=seed)
   baseline = policy_factory.make_policy(policy, env=environment, seed=seed)
+  renamed_from = _find_buffer_to_resume(output_dir, buffer_name,
+                                        sequence_length, buffer_dir) \
+      if resume else None
+  try:
+    result = _populate(
+        buffer_dir=buffer_dir, buffer_name=buffer_name, total=total,
+        environment=environment, baseline=baseline, capacity=capacity,
+        steps_per_run=steps_per_run, num_runs=num_runs,
+        sequence_length=sequence_length, env=env, policy=policy, seed=seed,
+        overwrite=overwrite, resume=resume,
+        checkpoint_every_run=checkpoint_every_run,
+        show_progress=show_progress, log_every_s=log_every_s,
+        stop_requested=stop_requested)
+  except BaseException:
+    if renamed_from and not os.path.exists(renamed_from):
+      os.rename(buffer_dir, renamed_from)  # Leave the buffer where it was.
+    raise
+  return result
+
+
+def _find_buffer_to_resume(output_dir, buffer_name, sequence_length,
+                           buffer_dir) -> Optional[str]:
+  """Finds the buffer `--resume` means; renames it for a new total.
+
+  Returns:
+    Its old path if it was renamed to `buffer_dir`, else None.
+  """
+  found = find_buffers(output_dir, buffer_name, sequence_length)
+  if len(found) > 1:
+    raise ValueError(
+        f'--resume is ambiguous: {len(found)} buffers named {buffer_name!r} '
+        f'with sequence_length={sequence_length} exist: {found}. Keep one.')
+  if not found:
+    logging.warning('--resume: no buffer named %r with sequence_length=%d in '
+                    '%s yet; starting a new one.', buffer_name,
+                    sequence_length, output_dir)
+    return None
+  if found[0] == buffer_dir:
+    return None
+  logging.info('Resuming %s up to the new total: renaming it to %s.',
+               found[0], buffer_dir)
+  os.rename(found[0], buffer_dir)
+  return found[0]
+
+
+def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
+              capacity, steps_per_run, num_runs, sequence_length, env, policy,
+              seed, overwrite, resume, checkpoint_every_run, show_progress,
+              log_every_s, stop_requested) -> PopulateResult:
+  """The body of `populate_starter_buffer`, once the buffer is located."""
+  provenance_path = os.path.join(buffer_dir, PROVENANCE_NAME)
+  identity = {'env': env, 'policy': policy,
+              'policy_class': type(baseline).__name__}
   manager = manager_lib.ReplayBufferManager(
       tensor_spec.from_spec(baseline.collect_data_spec), capacity=capacity,
       checkpoint_dir=buffer_dir, sequence_length=sequence_length)
   with manager:
-    state = {'steps': 0, 'episodes': 0, 'runs': 0, 'total_steps': total}
+    state = {'steps': 0, 'episodes': 0, 'runs': 0, 'total_steps': total,
+             **identity}
     sessions = []
     if manager.existing_checkpoints() and not overwrite:
       if not resume:
@@ -265,10 +392,19 @@ def populate_starter_buffer(
             f'starter buffer {buffer_dir} already exists; pass --resume to '
             f'continue it up to {total} steps, or --overwrite to replace it.')
       _, observer = manager.load_replay_buffer()
-      extra = manager.loaded_manifest.get('extra', {})
-      state.update(extra.get('populate', {}))
+      stored = manager.loaded_manifest.get('extra', {}).get('populate', {})
+      mismatched = [(key, stored.get(key), value)
+                    for key, value in identity.items()
+                    if stored.get(key) != value]
+      if mismatched:
+        raise ValueError(
+            f'--resume: {buffer_dir} was collected with other settings:\n'
+            + manifest_lib.format_differences(mismatched, 'buffer', 'now')
+            + '\nResume with the same env and policy, or pass --overwrite.')
+      state.update(stored, total_steps=total)
       sessions = _read_sessions(provenance_path)
       seed_now = derived_seed(seed, len(sessions))
+      # A new session must not replay the first one's random stream.
       environment = env_factory.make_environment(env, seed=seed_now)
       baseline = policy_factory.make_policy(policy, env=environment,
                                             seed=seed_now)
@@ -278,39 +414,40 @@ def populate_starter_buffer(
       seed_now = seed
       _, observer = manager.create_replay_buffer(overwrite=overwrite)
 
-    expected_items = total  # About one item per step, at most.
-    if expected_items > capacity:
+    if total - state['steps'] > capacity - manager.num_frames():
       logging.warning(
-          'About %d items will be written but capacity is %d: the oldest '
-          'items will be evicted once the buffer is full.', expected_items,
+          'About %d more items will be written but only %d of capacity %d '
+          'are free: the oldest items will be evicted once the buffer is '
+          'full.', total - state['steps'], capacity - manager.num_frames(),
           capacity)
     session = {'seed': seed_now, 'started_utc': _now(),
-               'steps_before': state['steps'], 'resumed': bool(sessions)}
+               'steps_before': state['steps'], 'resumed': bool(sessions),
+               'gin_config': gin.operative_config_str(), **identity}
     started = time.monotonic()
     progress = _Progress(
-        total=total, done=state['steps'], episodes=state['episodes'],
+        observer, total=total, done=state['steps'], episodes=state['episodes'],
         label=buffer_name, manager=manager, capacity=capacity,
         show_progress=show_progress, log_every_s=log_every_s,
         stop_requested=stop_requested)
     checkpoint = (manager.existing_checkpoints() or [None])[-1]
     interrupted = False
-    train_step = train_utils.create_train_step()
-    collect, collect_steps = None, 0
+    # One Actor for the whole session: a new Actor resets the environment,
+    # which would cut an episode. The step observer ends the last run at the
+    # exact total.
+    collect = actor.Actor(environment, baseline,
+                          train_utils.create_train_step(),
+                          steps_per_run=steps_per_run, observers=[progress])
     try:
-      while state['steps'] < total and not interrupted:
-        # Finish a run cut short by an interruption first, then whole runs.
-        steps = min(steps_per_run - state['steps'] % steps_per_run,
-                    total - state['steps'])
-        if steps != collect_steps:
-          # One Actor for all whole runs, so episodes continue across runs.
-          collect = actor.Actor(environment, baseline, train_step,
-                                steps_per_run=steps,
-                                observers=[observer, progress])
-          collect_steps = steps
+      while state['steps'] < total:
+        if stop_requested is not None and stop_requested():
+          interrupted = True  # Asked between runs: the last save is current.
+          break
         try:
           collect.run()
         except _Stop:
           interrupted = True
+        except _Done:
+          pass
         state['steps'], state['episodes'] = progress.steps, progress.episodes
         state['runs'] = state['steps'] // steps_per_run
         progress.refresh()  # Short runs may not reach the periodic check.
@@ -321,15 +458,21 @@ def populate_starter_buffer(
                          steps=state['steps'] - session['steps_before'],
                          checkpoint=checkpoint)
           _write_provenance(provenance_path, manager, sessions + [session],
-                            state=state, buffer_name=buffer_name, env=env,
-                            policy=policy,
-                            policy_class=type(baseline).__name__,
-                            seed=seed, capacity=capacity,
-                            sequence_length=sequence_length,
+                            state=state, buffer_name=buffer_name, seed=seed,
+                            capacity=capacity, sequence_length=sequence_length,
                             steps_per_run=steps_per_run, num_runs=num_runs,
                             interrupted=interrupted)
+        if interrupted:
+          break
     finally:
       progress.close()
+    stats = manager.stats()
+    if stats['short_episodes']:
+      logging.warning(
+          '%d episodes (%d steps) were shorter than sequence_length=%d and '
+          'made no item; lower --sequence_length to keep them.',
+          stats['short_episodes'], stats['short_episode_steps'],
+          sequence_length)
     items = manager.num_frames()
   return PopulateResult(
       buffer_dir=buffer_dir, checkpoint=checkpoint, steps=state['steps'],
@@ -356,6 +499,9 @@ def _write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
   seconds = sum(s.get('seconds', 0.0) for s in sessions)
   provenance = {
       **settings,
+      'env': state['env'],
+      'policy': state['policy'],
+      'policy_class': state['policy_class'],
       'buffer_dir': manager.checkpoint_dir,
       'total_steps_requested': state['total_steps'],
       'steps_collected': state['steps'],
@@ -366,12 +512,14 @@ def _write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
       'items': table['items'],
       'evicted_items': max(table['inserts'] - table['items'], 0),
       'env_steps_written': stats['env_steps'],
+      'short_episodes_this_session': stats['short_episodes'],
+      'short_episode_steps_this_session': stats['short_episode_steps'],
       'seconds': round(seconds, 3),
       'steps_per_second': round(
           sum(s.get('steps', 0) for s in sessions) / seconds, 1)
                           if seconds else None,
       'sessions': sessions,
-      'gin_config': gin.operative_config_str(),
+      'gin_config': sessions[-1]['gin_config'],
       'data_spec': specs.spec_to_json(manager.data_spec)['leaves'],
       'versions': manifest_lib.package_versions(),
   }

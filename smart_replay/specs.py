@@ -177,12 +177,25 @@ def spec_from_json(data: dict) -> Any:
     raise ValueError(f'stored spec has no "proto" entry; keys: {sorted(data)}')
   from tensorflow.core.protobuf import struct_pb2  # pylint: disable=g-import-not-at-top
   proto = struct_pb2.StructuredValue.FromString(base64.b64decode(data['proto']))
-  spec = tensor_spec.from_proto(proto)
-  # The proto rebuilds namedtuples as look-alike classes; give TF-Agents its
-  # own Trajectory back (agents and observers check the type).
-  if (type(spec).__name__ == 'Trajectory' and
+  return as_trajectory(tensor_spec.from_proto(proto))
+
+
+def as_trajectory(spec: Any) -> Any:
+  """Returns a look-alike `Trajectory` namedtuple as TF-Agents' own class.
+
+  Specs decoded from protos (a manifest, a saved policy's policy_specs.pbtxt)
+  come back as namedtuples that have `Trajectory`'s fields but another class;
+  agents and observers check the type.
+
+  Args:
+    spec: any spec nest.
+
+  Returns:
+    `tf_agents.trajectories.Trajectory(*spec)` for a look-alike, else `spec`.
+  """
+  if (not isinstance(spec, trajectory_lib.Trajectory) and
       getattr(spec, '_fields', None) == trajectory_lib.Trajectory._fields):
-    spec = trajectory_lib.Trajectory(*spec)
+    return trajectory_lib.Trajectory(*spec)
   return spec
 
 
@@ -209,5 +222,6 @@ def diff_spec_leaves(stored: List[dict], requested: List[dict],
     a_text = a.describe() if a else '<missing>'
     b_text = b.describe() if b else '<missing>'
     if a_text != b_text:
-      diffs.append((f'{prefix}/{path}', a_text, b_text))
+      field = prefix if path == '<root>' else f'{prefix}/{path}'
+      diffs.append((field, a_text, b_text))
   return diffs

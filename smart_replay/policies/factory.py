@@ -2,11 +2,14 @@
 
 import os
 
+from absl import logging
 import gin
 from tf_agents.environments import py_environment
 from tf_agents.policies import py_policy
 from tf_agents.policies import random_py_policy
+from tf_agents.specs import tensor_spec
 
+from smart_replay import specs
 from smart_replay.envs import thermal
 from smart_replay.policies import cartpole
 from smart_replay.policies import schedule
@@ -25,6 +28,37 @@ def _gym_id(env: py_environment.PyEnvironment):
   spec = getattr(getattr(gym_env, 'unwrapped', gym_env), 'spec', None) or \
       getattr(gym_env, 'spec', None)
   return getattr(spec, 'id', None)
+
+
+def _load_saved_policy(path: str, env: py_environment.PyEnvironment
+                       ) -> py_policy.PyPolicy:
+  """Loads a policy_saver directory with its own specs; checks it fits env."""
+  from tf_agents.policies import py_tf_eager_policy  # pylint: disable=g-import-not-at-top
+  if os.path.isfile(os.path.join(path, 'policy_specs.pbtxt')):
+    # Its own specs carry policy_info and state, which the env's cannot.
+    policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
+        path, load_specs_from_pbtxt=True)
+  else:
+    logging.warning('%s has no policy_specs.pbtxt; assuming the environment\'s '
+                    'specs and no policy_info.', path)
+    policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
+        path, env.time_step_spec(), env.action_spec())
+  diffs = []
+  for field, wanted, got in (
+      ('time_step', env.time_step_spec(), policy.time_step_spec),
+      ('action', env.action_spec(), policy.action_spec)):
+    diffs += specs.diff_spec_leaves(
+        [dict(l._asdict(), minimum=None, maximum=None)
+         for l in specs.flatten_spec(tensor_spec.from_spec(wanted))],
+        [dict(l._asdict(), minimum=None, maximum=None)
+         for l in specs.flatten_spec(tensor_spec.from_spec(got))],
+        prefix=field)
+  if diffs:
+    raise ValueError(
+        f'the saved policy at {path} does not fit this environment:\n'
+        + '\n'.join(f'  {field}: environment {a}, policy {b}'
+                     for field, a, b in diffs))
+  return policy
 
 
 @gin.configurable
@@ -87,8 +121,5 @@ def make_policy(kind: str = 'baseline', *, env: py_environment.PyEnvironment,
       raise ValueError(f'saved policy directory {path!r} has no saved_model.pb;'
                        ' expected a directory written by tf_agents '
                        'policy_saver.PolicySaver.save().')
-    from tf_agents.policies import py_tf_eager_policy  # pylint: disable=g-import-not-at-top
-    return py_tf_eager_policy.SavedModelPyTFEagerPolicy(
-        path, env.time_step_spec(), env.action_spec(),
-        load_specs_from_pbtxt=True)
+    return _load_saved_policy(path, env)
   raise ValueError(f'unknown policy {kind!r}; expected one of {KINDS}.')

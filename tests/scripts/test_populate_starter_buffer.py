@@ -90,13 +90,15 @@ def _start_long_run(tmp_path):
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-def test_sigterm_writes_a_final_checkpoint_and_exits_non_zero(tmp_path):
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_writes_a_final_checkpoint_and_exits_non_zero(tmp_path,
+                                                                signum):
   process = _start_long_run(tmp_path)
   buffer_dir = tmp_path / 'long_seq2_144000steps'
   _wait_for_checkpoint(buffer_dir, 1, process)
-  process.send_signal(signal.SIGTERM)
+  process.send_signal(signum)
   _, stderr = process.communicate(timeout=120)
-  assert process.returncode == 128 + signal.SIGTERM
+  assert process.returncode == 128 + signum
   assert 'Interrupted: saved' in stderr and '--resume' in stderr
   saved = int(stderr.split('Interrupted: saved ')[1].split()[0])
   with _load(str(buffer_dir)) as manager:
@@ -114,10 +116,42 @@ def test_a_second_signal_quits_at_once_and_the_buffer_still_loads(tmp_path):
   time.sleep(0.05)
   process.send_signal(signal.SIGTERM)
   _, stderr = process.communicate(timeout=120)
+  # The second signal lands while collecting or saving (it quits at once), or
+  # after the final checkpoint (ignored): the exit code and the buffer are
+  # right either way. StopRequest's own test covers the quit itself.
   assert process.returncode == 128 + signal.SIGTERM
-  assert 'send it again to quit at once' in stderr
+  assert ('Quit without a final checkpoint' in stderr or
+          'Interrupted: saved' in stderr)
   with _load(str(buffer_dir)) as manager:
     assert manager.loaded_manifest['extra']['populate']['steps'] >= 576
+
+
+def test_resume_through_the_command_reaches_the_total(tmp_path):
+  args = [CONSOLE_SCRIPT, '--buffer_name=r', '--steps_per_run=288',
+          '--num_runs=6', f'--output_dir={tmp_path}', '--quiet']
+  process = subprocess.Popen(args, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+  buffer_dir = tmp_path / 'r_seq2_1728steps'
+  _wait_for_checkpoint(buffer_dir, 1, process)
+  process.send_signal(signal.SIGINT)
+  process.communicate(timeout=120)
+  assert process.returncode == 128 + signal.SIGINT
+  resumed = _run(args + ['--resume'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f'Populated {buffer_dir}: 1728 steps' in resumed.stdout
+  record = json.loads((buffer_dir / 'provenance.json').read_text())
+  assert record['steps_collected'] == 1728 and record['complete']
+  assert len(record['sessions']) == 2
+
+
+def test_unusable_output_dir_is_reported(tmp_path):
+  (tmp_path / 'a_file').write_text('x')
+  result = _run([CONSOLE_SCRIPT, '--buffer_name=x', '--num_runs=1',
+                 '--steps_per_run=10', f'--output_dir={tmp_path}/a_file',
+                 '--quiet'])
+  assert result.returncode == 2
+  assert 'cannot write the buffer under' in result.stderr
+  assert 'Traceback' not in result.stderr
 
 
 def test_kill_9_loses_at_most_the_last_run(tmp_path):
@@ -156,23 +190,17 @@ def test_gin_files_for_each_environment(tmp_path):
 
 
 def test_saved_policy_run(tmp_path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_agents.agents.dqn import dqn_agent  # pylint: disable=g-import-not-at-top
-  from tf_agents.networks import q_network  # pylint: disable=g-import-not-at-top
+  # A saved policy that emits policy_info: its own specs must reach the buffer.
   from tf_agents.policies import policy_saver  # pylint: disable=g-import-not-at-top
+  from tf_agents.policies import random_tf_policy  # pylint: disable=g-import-not-at-top
   from tf_agents.specs import tensor_spec  # pylint: disable=g-import-not-at-top
   from smart_replay.envs import factory  # pylint: disable=g-import-not-at-top
   env = factory.make_environment('gym:CartPole-v1')
-  agent = dqn_agent.DqnAgent(
+  policy = random_tf_policy.RandomTFPolicy(
       tensor_spec.from_spec(env.time_step_spec()),
-      tensor_spec.from_spec(env.action_spec()),
-      q_network=q_network.QNetwork(
-          tensor_spec.from_spec(env.observation_spec()),
-          tensor_spec.from_spec(env.action_spec()), fc_layer_params=(8,)),
-      optimizer=tf.keras.optimizers.Adam())
-  agent.initialize()
+      tensor_spec.from_spec(env.action_spec()), emit_log_probability=True)
   policy_dir = tmp_path / 'policy'
-  policy_saver.PolicySaver(agent.policy).save(str(policy_dir))
+  policy_saver.PolicySaver(policy).save(str(policy_dir))
   result = _run([CONSOLE_SCRIPT, '--buffer_name=s', f'--output_dir={tmp_path}',
                  '--gin_file=configs/populate_saved_policy.gin',
                  f"--gin_bindings=SAVED_POLICY_DIR = '{policy_dir}'",
@@ -183,3 +211,5 @@ def test_saved_policy_run(tmp_path):
   assert record['policy'] == f'saved:{policy_dir}'
   assert record['policy_class'] == 'SavedModelPyTFEagerPolicy'
   assert record['steps_collected'] == 120
+  assert 'policy_info/log_probability' in [l['path'] for l in
+                                           record['data_spec']]

@@ -39,7 +39,9 @@ def test_populate_then_load_counts_match_steps_and_runs(tmp_path):
   with _load(result.buffer_dir) as manager:
     assert manager.num_frames() == result.items
     assert manager.loaded_manifest['extra']['populate'] == {
-        'steps': 864, 'episodes': 2, 'runs': 3, 'total_steps': 864}
+        'steps': 864, 'episodes': 2, 'runs': 3, 'total_steps': 864,
+        'env': 'thermal', 'policy': 'baseline',
+        'policy_class': 'SchedulePolicy'}
     trajectory, _ = next(iter(manager.get_dataset(batch_size=16)))
     assert trajectory.observation.shape == [16, 2, 5]
 
@@ -91,12 +93,17 @@ def test_interrupted_run_loads_and_resume_reaches_the_total(tmp_path):
 
   partial = _populate(tmp_path, stop_requested=stop_after_400_steps)
   assert partial.interrupted
-  assert 0 < partial.steps < 864 and partial.runs == partial.steps // 288
+  # The callback is polled per trajectory and once per run: 398 trajectories,
+  # day 1 (288 steps + its boundary) and 109 steps of day 2.
+  assert (partial.steps, partial.runs, partial.items) == (397, 1, 396)
   with _load(partial.buffer_dir) as manager:  # The interrupted buffer loads.
     assert manager.num_frames() == partial.items > 0
   resumed = _populate(tmp_path, resume=True)
   assert not resumed.interrupted
   assert (resumed.steps, resumed.runs) == (864, 3)  # Exactly the total.
+  # The new session runs one Actor: a whole day (288 + boundary), then 179
+  # steps of the next until the total. No short fake day in between.
+  assert resumed.episodes == 2 and resumed.items == 396 + 288 + 178
   with open(resumed.provenance) as f:
     record = json.load(f)
   first, second = record['sessions']
@@ -106,6 +113,64 @@ def test_interrupted_run_loads_and_resume_reaches_the_total(tmp_path):
   # Resuming a complete buffer collects nothing more.
   again = _populate(tmp_path, resume=True)
   assert again.steps == 864 and again.items == resumed.items
+
+
+def test_resume_to_a_larger_total_continues_the_same_buffer(tmp_path):
+  first = _populate(tmp_path, num_runs=1)
+  more = _populate(tmp_path, num_runs=3, resume=True)
+  assert more.buffer_dir == str(tmp_path / 'office_seq2_864steps')
+  assert os.listdir(tmp_path) == ['office_seq2_864steps']  # Renamed, not new.
+  assert not os.path.exists(first.buffer_dir)
+  with open(more.provenance) as f:
+    sessions = json.load(f)['sessions']
+  assert [s['steps'] for s in sessions] == [288, 576]
+  assert more.steps == 864
+
+
+def test_resume_without_a_buffer_warns_and_starts(tmp_path, caplog):
+  with caplog.at_level(logging.WARNING):
+    result = _populate(tmp_path, num_runs=1, resume=True)
+  assert result.steps == 288
+  assert any('no buffer named' in r.getMessage() for r in caplog.records)
+
+
+def test_resume_with_another_policy_is_refused_and_nothing_moves(tmp_path):
+  _populate(tmp_path, num_runs=1)
+  with pytest.raises(ValueError, match=r"policy_class: buffer='SchedulePolicy', "
+                     r"now='RandomPyPolicy'"):
+    _populate(tmp_path, num_runs=2, resume=True, policy='random')
+  assert os.listdir(tmp_path) == ['office_seq2_288steps']  # Name restored.
+
+
+def test_a_stop_requested_between_runs_adds_no_checkpoint(tmp_path):
+  buffer_dir = tmp_path / 'office_seq2_864steps'
+  result = _populate(tmp_path, stop_requested=lambda: os.path.exists(
+      buffer_dir / 'checkpoints' / 'ckpt-000001'))
+  assert result.interrupted and result.steps == 288
+  assert [os.path.basename(p) for p in checkpoints.find_checkpoints(
+      str(buffer_dir))] == ['ckpt-000001']
+
+
+def test_stop_request_second_signal_quits():
+  stop = populate.StopRequest()
+  assert not stop()
+  stop.handle(15)
+  assert stop() and stop.signal == 15
+  with pytest.raises(KeyboardInterrupt):
+    stop.handle(2)
+  assert stop.signal == 15
+
+
+def test_short_episodes_are_reported(tmp_path, caplog):
+  with caplog.at_level(logging.WARNING):
+    result = _populate(tmp_path, env='gym:CartPole-v1', policy='random',
+                       sequence_length=60, steps_per_run=150, num_runs=2)
+  assert result.items < 20
+  with open(result.provenance) as f:
+    record = json.load(f)
+  assert record['short_episodes_this_session'] > 5
+  assert any('shorter than sequence_length=60' in r.getMessage()
+             for r in caplog.records)
 
 
 def test_resume_with_other_settings_lists_differences(tmp_path):
@@ -119,7 +184,7 @@ def test_full_buffer_is_announced(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     result = _populate(tmp_path, capacity=100, steps_per_run=150, num_runs=2)
   messages = ' '.join(r.getMessage() for r in caplog.records)
-  assert 'capacity is 100' in messages  # Up front,
+  assert 'only 100 of capacity 100 are free' in messages  # Up front,
   assert 'The buffer is full (100 items = capacity)' in messages  # when full,
   with open(result.provenance) as f:
     record = json.load(f)

@@ -45,6 +45,46 @@ def test_step_is_the_exact_rc_solution():
   assert got == pytest.approx(want)
 
 
+def test_outdoor_cycle_is_coldest_at_3_and_warmest_at_15():
+  env = thermal.ThermalZoneEnv(outdoor_mean=8.0, outdoor_amplitude=6.0)
+  assert env.outdoor_temperature(3.0) == pytest.approx(2.0)
+  assert env.outdoor_temperature(15.0) == pytest.approx(14.0)
+  assert env.outdoor_temperature(9.0) == pytest.approx(8.0)
+
+
+def _one_step_reward(hour, u, *, indoor, **kwargs):
+  """Reward of one step taken at `hour` from `indoor` °C (no noise)."""
+  env = thermal.ThermalZoneEnv(outdoor_noise=0.0,
+                               initial_temperature=(indoor, indoor), **kwargs)
+  time_step = env.reset()
+  env._indoor = indoor  # pylint: disable=protected-access
+  for _ in range(int(hour * 12)):
+    time_step = env.step(np.zeros(1, np.float32))
+    env._indoor = indoor  # pylint: disable=protected-access
+  return float(env.step(np.full(1, u, np.float32)).reward), env
+
+
+def test_reward_is_energy_cost_plus_comfort_cost_exactly():
+  dt = 5 / 60
+  # 09:00, peak price 0.30, full heating (10 kW thermal, COP 3), comfortable.
+  reward, env = _one_step_reward(9.0, 1.0, indoor=21.5)
+  indoor = env.next_indoor_temperature(21.5, env.outdoor_temperature(9.0),
+                                       10.0, True)
+  violation = max(21.0 - indoor, 0) + max(indoor - 24.0, 0)
+  assert violation == 0
+  assert reward == pytest.approx(-0.30 * 10 / 3 * dt)
+  # 02:00, off-peak 0.15, half cooling, below the 16 °C setback band.
+  reward, env = _one_step_reward(2.0, -0.5, indoor=15.0)
+  indoor = env.next_indoor_temperature(15.0, env.outdoor_temperature(2.0),
+                                       -5.0, False)
+  assert reward == pytest.approx(-(0.15 * 5 / 3 * dt + (16.0 - indoor) * dt))
+  # 12:00, occupied, HVAC off, too warm: only the comfort term, weighted.
+  reward, env = _one_step_reward(12.0, 0.0, indoor=26.0, comfort_weight=2.0)
+  indoor = env.next_indoor_temperature(26.0, env.outdoor_temperature(12.0),
+                                       0.0, True)
+  assert reward == pytest.approx(-2.0 * (indoor - 24.0) * dt)
+
+
 def test_without_hvac_the_zone_drifts_toward_outdoor():
   env = thermal.ThermalZoneEnv(outdoor_noise=0.0, initial_temperature=(25, 25),
                                internal_gain_kw=0.0, outdoor_amplitude=0.0,

@@ -62,6 +62,25 @@ def test_saved_policy_directory(tmp_path):
   assert action.shape == () and action in (0, 1)
 
 
+def test_saved_policy_keeps_its_policy_info_and_must_fit(tmp_path):
+  from tf_agents.policies import random_tf_policy  # pylint: disable=g-import-not-at-top
+  env = env_factory.make_environment('gym:CartPole-v1', seed=0)
+  policy = random_tf_policy.RandomTFPolicy(
+      tensor_spec.from_spec(env.time_step_spec()),
+      tensor_spec.from_spec(env.action_spec()), emit_log_probability=True)
+  policy_saver.PolicySaver(policy).save(str(tmp_path / 'p'))
+  loaded = factory.make_policy(f'saved:{tmp_path / "p"}', env=env)
+  assert 'log_probability' in str(loaded.collect_data_spec.policy_info)
+  step = loaded.action(env.reset())
+  assert [x.shape for x in tf.nest.flatten(step.info)] == [()]
+  thermal_env = env_factory.make_environment('thermal')
+  with pytest.raises(ValueError, match=r'(?s)does not fit this environment.*'
+                     r'time_step/observation: environment float32\[5\], '
+                     r'policy float32\[4\].*action: environment float32\[1\]'
+                     r', policy int64\[\]'):
+    factory.make_policy(f'saved:{tmp_path / "p"}', env=thermal_env)
+
+
 @pytest.mark.parametrize('kind, env_name, match', [
     ('nope', 'thermal', "unknown policy 'nope'"),
     ('schedule', 'gym:CartPole-v1', "'schedule' needs the thermal"),
