@@ -149,20 +149,48 @@ class ThermalZoneEnv(py_environment.PyEnvironment):
   # -- physics -----------------------------------------------------------------
 
   def hour(self, step_index: int) -> float:
-    """Returns the hour of day at the start of step `step_index`."""
+    """Returns the hour of day at the start of a step.
+
+    Args:
+      step_index: steps since midnight.
+
+    Returns:
+      Hours since midnight, 0 <= h < 24.
+    """
     return (step_index * self._dt_h) % 24
 
   def occupied(self, hour: float) -> bool:
-    """Tells whether the zone is occupied at `hour`."""
+    """Tells whether the zone is occupied.
+
+    Args:
+      hour: hour of day.
+
+    Returns:
+      True within `occupied_hours`.
+    """
     start, end = self._occupied_hours
     return start <= hour < end
 
   def comfort_band(self, hour: float) -> Tuple[float, float]:
-    """Returns the (low, high) band that applies at `hour`."""
+    """Returns the comfort band in force.
+
+    Args:
+      hour: hour of day.
+
+    Returns:
+      (low, high) °C: the comfort band when occupied, else the setback band.
+    """
     return self._comfort_band if self.occupied(hour) else self._setback_band
 
   def outdoor_temperature(self, hour: float) -> float:
-    """Returns the outdoor temperature at `hour` (without noise)."""
+    """Returns the outdoor temperature of the daily cycle (without noise).
+
+    Args:
+      hour: hour of day.
+
+    Returns:
+      °C; coldest at 03:00, warmest at 15:00.
+    """
     mean, amplitude, _ = self._outdoor
     return mean + amplitude * math.sin(2 * math.pi * (hour - 9) / 24)
 
@@ -186,9 +214,11 @@ class ThermalZoneEnv(py_environment.PyEnvironment):
   # -- PyEnvironment -----------------------------------------------------------
 
   def observation_spec(self):
+    """Returns float32[5]: indoor °C, outdoor °C, hour sin, hour cos, occupied."""
     return self._observation_spec
 
   def action_spec(self):
+    """Returns float32[1] in [-1, 1]: HVAC power, positive heats."""
     return self._action_spec
 
   def _observe(self) -> np.ndarray:
