@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo install bazel-check clean
+.PHONY: test demo demo-train install bazel-check clean
 
 install: $(STAMP)
 
@@ -34,6 +34,14 @@ DEMO_ARGS := --buffer_name=demo --output_dir=demo_output --num_runs=4 --steps_pe
 demo: $(STAMP)
 	$(VENV)/bin/smart-replay-populate $(DEMO_ARGS) --overwrite --quiet
 	$(VENV)/bin/smart-replay-demo --buffer_dir=demo_output/demo_seq2_1152steps
+
+# Train DQN on CartPole from a random-policy starter buffer, then show the
+# greedy return (about a minute on 2 cores).
+demo-train: $(STAMP)
+	$(VENV)/bin/smart-replay-populate --buffer_name=cartpole --env=gym:CartPole-v1 \
+	  --policy=random --steps_per_run=500 --num_runs=4 --output_dir=demo_output --overwrite --quiet
+	$(VENV)/bin/smart-replay-train --starter_dir=demo_output/cartpole_seq2_2000steps \
+	  --run_dir=demo_output/dqn_run --gin_file=configs/train_dqn_cartpole.gin --overwrite
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info demo_output

@@ -16,6 +16,7 @@ setuptools.setup(
         'smart-replay-populate='
         'smart_replay_scripts.populate_starter_buffer:run',
         'smart-replay-demo=smart_replay_scripts.demo:run',
+        'smart-replay-train=smart_replay_scripts.train:run',
     ]},
     # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
     python_requires='>=3.9,<3.12',

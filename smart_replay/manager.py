@@ -640,6 +640,16 @@ class ReplayBufferManager:
     return self._store.root
 
   @property
+  def sequence_length(self) -> int:
+    """Steps per item."""
+    return self._sequence_length
+
+  @property
+  def keep_checkpoints(self) -> int:
+    """How many complete checkpoints are kept on disk."""
+    return self._store.keep
+
+  @property
   def data_spec(self) -> Any:
     """The spec of one step this buffer stores."""
     return self._data_spec

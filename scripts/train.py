@@ -1,0 +1,108 @@
+r"""Trains a TF-Agents agent from a starter buffer, resumable after a crash.
+
+Examples:
+  smart-replay-train --starter_dir=starter_buffers/cartpole_seq2_2000steps \
+      --run_dir=runs/dqn1 --gin_file=configs/train_dqn_cartpole.gin
+  smart-replay-train --starter_dir=starter_buffers/office_seq2_2880steps \
+      --run_dir=runs/sac1 --gin_file=configs/train_sac_thermal.gin
+  smart-replay-train ... --resume          # after an interruption or a crash
+
+Capacity, sequence length and spec come from the starter's manifest, the
+environment from its provenance; the starter is only read. The run writes
+<run_dir>/buffer, <run_dir>/agent (paired checkpoints), <run_dir>/train
+(TensorBoard) and <run_dir>/result.json.
+
+Exit codes: 0 done; 2 bad input or an existing run; 128 + signal number after
+SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+
+from absl import app
+from absl import flags
+import gin
+
+from smart_replay import errors
+from smart_replay import populate
+from smart_replay import training
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('starter_dir', None, 'Starter buffer directory.')
+flags.DEFINE_string('run_dir', None, 'This run\'s directory.')
+flags.DEFINE_string('agent', 'auto', "'auto', 'dqn' or 'sac'.")
+flags.DEFINE_string('env', None, 'Environment; default: the starter\'s.')
+flags.DEFINE_integer('num_train_steps', 2000, 'Train step to reach.',
+                     lower_bound=1)
+flags.DEFINE_integer('collect_steps_per_iteration', 100,
+                     'Actor steps per iteration.', lower_bound=1)
+flags.DEFINE_integer('train_steps_per_iteration', 100,
+                     'Learner steps per iteration.', lower_bound=1)
+flags.DEFINE_integer('batch_size', 64, 'Training batch size.', lower_bound=1)
+flags.DEFINE_integer('checkpoint_every', 500,
+                     'Train steps between paired checkpoints.', lower_bound=1)
+flags.DEFINE_integer('seed', 0, 'Seed.')
+flags.DEFINE_integer('eval_episodes', 5, 'Greedy evaluation episodes.',
+                     lower_bound=0)
+flags.DEFINE_boolean('resume', False, 'Continue run_dir from its newest pair.')
+flags.DEFINE_boolean('overwrite', False, 'Replace an existing run.')
+flags.DEFINE_multi_string('gin_file', [], 'Gin config file (repeatable).')
+flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
+flags.mark_flags_as_required(['starter_dir', 'run_dir'])
+
+_OPTIONAL = ('agent', 'env', 'num_train_steps', 'collect_steps_per_iteration',
+             'train_steps_per_iteration', 'batch_size', 'checkpoint_every',
+             'seed', 'eval_episodes', 'resume', 'overwrite')
+
+
+def main(argv):
+  """Parses gin, installs the signal handlers, runs train_from_starter.
+
+  Args:
+    argv: leftover command-line arguments (none are accepted).
+
+  Returns:
+    The process exit code (see the module docstring).
+  """
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  stop = populate.StopRequest()
+  signal.signal(signal.SIGINT, stop.handle)
+  signal.signal(signal.SIGTERM, stop.handle)
+  given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
+  try:
+    result = training.train_from_starter(
+        starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
+        stop_requested=stop, **given)
+  except (ValueError, errors.SmartReplayError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print('Quit without a final checkpoint; --resume continues from the last '
+          'paired checkpoint.', file=sys.stderr)
+    return 128 + (stop.signal or signal.SIGINT)
+  finally:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  record = dataclasses.asdict(result)
+  with open(os.path.join(result.run_dir, 'result.json'), 'w') as f:
+    json.dump(record, f, indent=2)
+  print(json.dumps(record, indent=2))
+  if result.interrupted:
+    print(f'Interrupted at train step {result.train_step}; continue with '
+          '--resume.', file=sys.stderr)
+    return 128 + stop.signal
+  return 0
+
+
+def run():
+  """Console-script entry point (`smart-replay-train`)."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()
