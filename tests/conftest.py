@@ -80,11 +80,15 @@ def item_fingerprint(item):
   return tuple(np.asarray(leaf).tobytes() for leaf in tree.flatten(item))
 
 
-def run_actor(manager_observer, steps, seed=0, env=None):
-  """Runs a real `tf_agents.train.Actor` for `steps` steps; returns the record."""
+def run_actor(manager_observer, steps, seed=0, env=None, policy=None):
+  """Runs a real `tf_agents.train.Actor` for `steps` steps; returns the record.
+
+  The default policy is `make_policy(env)` (random, with policy_info).
+  """
   env = env or make_env(seed)
   recorder = Recorder()
-  collect = actor.Actor(env, make_policy(env, seed), train_utils.create_train_step(),
+  collect = actor.Actor(env, policy or make_policy(env, seed),
+                        train_utils.create_train_step(),
                         steps_per_run=steps,
                         observers=[manager_observer, recorder])
   collect.run()
