@@ -92,6 +92,36 @@ def find_pairs(buffer_dir: str, agent_dir: str) -> List[Pair]:
           for step in sorted(set(buffers) & set(agents), reverse=True)]
 
 
+def set_aside_newer_than(pair: Pair, buffer_dir: str, agent_dir: str) -> None:
+  """Moves checkpoints newer than `pair` (without a partner) out of the way.
+
+  Left in place they would take the buffer's keep slots, or pair up later
+  with a checkpoint of a different history. Nothing is deleted: they go to
+  `orphaned/` beside the buffer's checkpoints and the agent's.
+
+  Args:
+    pair: the pair a run resumes from.
+    buffer_dir: the run's buffer directory.
+    agent_dir: the run's agent checkpoint directory.
+  """
+  for step, folder in buffer_checkpoints(buffer_dir).items():
+    if step > pair.train_step:
+      target = os.path.join(buffer_dir, checkpoints_lib.ORPHANED_DIR,
+                            os.path.basename(folder))
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.replace(folder, target)
+      logging.warning('Moved unpaired buffer checkpoint %s (step %d) to %s.',
+                      folder, step, target)
+  for step, prefix in agent_checkpoints(agent_dir).items():
+    if step > pair.train_step:
+      aside = os.path.join(agent_dir, checkpoints_lib.ORPHANED_DIR)
+      os.makedirs(aside, exist_ok=True)
+      for path in tf.io.gfile.glob(prefix + '.*'):
+        os.replace(path, os.path.join(aside, os.path.basename(path)))
+      logging.warning('Moved unpaired agent checkpoint %s (step %d) to %s.',
+                      prefix, step, aside)
+
+
 def newest_pair(buffer_dir: str, agent_dir: str) -> Optional[Pair]:
   """Returns the newest `Pair`, warning about unusable newer checkpoints.
 
@@ -161,6 +191,9 @@ class PairedCheckpointer:
     if not trackables:
       raise ValueError('PairedCheckpointer needs something to checkpoint, e.g. '
                        'agent=agent.')
+    if keep is not None and (not isinstance(keep, int) or keep < 1):
+      raise ValueError(f'keep must be a positive integer or None, got '
+                       f'{keep!r}.')
     self._manager = manager
     self._train_step = train_step
     self._interval = interval
@@ -168,7 +201,17 @@ class PairedCheckpointer:
     self._agent_manager = tf.train.CheckpointManager(
         self._checkpoint, agent_dir,
         max_to_keep=keep or manager.keep_checkpoints + 1)
-    self._last_saved = None
+    # Count the interval from the current step (0 for a new run); the Learner
+    # also calls set_start() when it is built.
+    self._last_saved = int(train_step.numpy())
+
+  def set_start(self, train_step: int) -> None:
+    """Counts the interval from `train_step` (called by `Learner`).
+
+    Args:
+      train_step: the step training starts or resumes at.
+    """
+    self._last_saved = int(train_step)
 
   def __call__(self, train_step: Optional[int] = None,
                force_trigger: bool = False) -> Optional[Pair]:
@@ -183,8 +226,6 @@ class PairedCheckpointer:
     """
     step = int(self._train_step.numpy()) if train_step is None else int(
         train_step)
-    if self._last_saved is None:
-      self._last_saved = step  # Start counting from the first call.
     if force_trigger or step - self._last_saved >= self._interval:
       return self.save()
     return None
@@ -204,6 +245,9 @@ class PairedCheckpointer:
 
   def restore_agent(self, pair: Pair) -> None:
     """Restores the agent side of `pair` (the buffer is loaded separately).
+
+    Call it after building the `Learner`: its constructor runs
+    `agent.initialize()`, which copies the online networks over the targets.
 
     Args:
       pair: from `newest_pair`.

@@ -221,7 +221,7 @@ def train_from_starter(
   with manager:
     pair = None
     if resume:
-      pair = paired_checkpoint.newest_pair(buffer_dir, agent_dir)
+      pair = _load_newest_usable_pair(manager, buffer_dir, agent_dir)
       if pair is None:
         logging.warning('resume: %s has no checkpoints yet; starting from the '
                         'starter buffer.', run_dir)
@@ -230,19 +230,16 @@ def train_from_starter(
       raise errors.CheckpointExistsError(
           f'{run_dir} already holds a run; pass --resume to continue it or '
           '--overwrite to start again.')
-    if pair:
-      manager.load_replay_buffer(pair.buffer_checkpoint)
-    else:
-      if overwrite and tf.io.gfile.exists(agent_dir):
-        tf.io.gfile.rmtree(agent_dir)
+    if pair is None:
       manager.load_replay_buffer(starter_dir, overwrite=overwrite)
+      # Only once the new buffer is up. The Learner restores from its own
+      # train/checkpoints when built, so the old run's must go too.
+      for old in (agent_dir, os.path.join(run_dir, SUMMARY_DIR)):
+        if overwrite and tf.io.gfile.exists(old):
+          tf.io.gfile.rmtree(old)
     paired = paired_checkpoint.PairedCheckpointer(
         manager, agent_dir=agent_dir, train_step=train_step,
         interval=checkpoint_every, agent=tf_agent)
-    if pair:
-      paired.restore_agent(pair)
-      logging.info('Resumed %s at train step %d with %d buffer items.',
-                   run_dir, pair.train_step, manager.num_frames())
     items_at_start = manager.num_frames()
     observer = manager.observer
     collected_before = observer.num_items
@@ -264,6 +261,13 @@ def train_from_starter(
         checkpoint_interval=-1,  # The PairedCheckpointer saves the agent.
         triggers=[paired, buffer_summaries],
         summary_interval=train_steps_per_iteration)
+    if pair:
+      # After the Learner: its constructor's agent.initialize() copies the
+      # online networks over the target networks.
+      paired.restore_agent(pair)
+      paired.set_start(pair.train_step)
+      logging.info('Resumed %s at train step %d with %d buffer items.',
+                   run_dir, pair.train_step, manager.num_frames())
 
     interrupted = False
     started, start_step = time.monotonic(), int(train_step.numpy())
@@ -307,10 +311,39 @@ def train_from_starter(
   return result
 
 
+def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
+  """Loads the buffer of the newest pair that verifies; sets newer ones aside.
+
+  Returns:
+    The `Pair` whose buffer is loaded, or None if the run has no checkpoint.
+  """
+  newest = paired_checkpoint.newest_pair(buffer_dir, agent_dir)
+  if newest is None:
+    return None
+  problems = []
+  for pair in paired_checkpoint.find_pairs(buffer_dir, agent_dir):
+    try:
+      manager.load_replay_buffer(pair.buffer_checkpoint)
+    except errors.CheckpointCorruptError as e:
+      problems.append(str(e))
+      logging.warning('Pair at train step %d is unusable: %s', pair.train_step,
+                      e)
+      continue
+    paired_checkpoint.set_aside_newer_than(pair, buffer_dir, agent_dir)
+    return pair
+  raise errors.CheckpointCorruptError(
+      f'no usable agent/buffer pair in {buffer_dir}: ' + ' | '.join(problems))
+
+
 def _check_spec(starter_dir, starter_spec, agent_spec) -> None:
-  """Raises ManifestMismatchError if the starter cannot feed the agent."""
+  """Raises ManifestMismatchError if the starter cannot feed the agent.
+
+  Dtypes and shapes must match everywhere; bounds only for the action (DQN
+  sizes its Q-head from them).
+  """
   def leaves(spec):
     return [dict(l._asdict(), minimum=None, maximum=None)
+            if l.path != 'action' else l._asdict()
             for l in specs.flatten_spec(tensor_spec.from_spec(spec))]
   diffs = specs.diff_spec_leaves(leaves(starter_spec), leaves(agent_spec))
   if diffs:

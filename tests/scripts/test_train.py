@@ -35,14 +35,14 @@ def test_dqn_on_cartpole_learns(starter, tmp_path):
   result = subprocess.run(
       [TRAIN, f'--starter_dir={starter}', f'--run_dir={tmp_path / "run"}',
        '--gin_file=configs/train_dqn_cartpole.gin', '--num_train_steps=3000',
-       '--eval_episodes=10', '--seed=0'],
+       '--eval_episodes=20', '--seed=0'],
       capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
   assert result.returncode == 0, result.stderr[-3000:]
   record = json.loads((tmp_path / 'run' / 'result.json').read_text())
   env = factory.make_environment('gym:CartPole-v1', seed=1)  # The eval seed.
   random_return = training.greedy_return(
       random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(),
-                                      seed=0), env, 10)
+                                      seed=0), env, 20)
   assert record['train_step'] == 3000
   assert record['greedy_return'] > 3 * random_return, (record, random_return)
   assert conftest.dir_digest(starter) == before  # The starter is only read.

@@ -43,11 +43,10 @@ def test_saves_on_interval_as_a_trigger_and_pairs_match(setup):
       interval=100, agent=agent)
   _collect(manager, env, 50)
   saved = []
-  for step in (0, 50, 100, 150, 250):
+  for step in (50, 100, 150, 250):  # Counted from step 0, as a Learner would.
     train_step.assign(step)
     saved.append(paired(step))
-  assert [p.train_step if p else None for p in saved] == [
-      None, None, 100, None, 250]
+  assert [p.train_step if p else None for p in saved] == [None, 100, None, 250]
   pairs = paired_checkpoint.find_pairs(str(tmp_path / 'buffer'),
                                        str(tmp_path / 'agent'))
   assert [p.train_step for p in pairs] == [250, 100]
@@ -89,6 +88,12 @@ def test_buffer_ahead_of_agent_resumes_from_the_pair_and_says_so(setup,
   assert pair.train_step == 100
   assert any('step(s) [200] have no partner' in r.getMessage() and
              'dropped' in r.getMessage() for r in caplog.records)
+  # Resuming sets the unpaired one aside (kept, not deleted).
+  paired_checkpoint.set_aside_newer_than(pair, str(tmp_path / 'buffer'),
+                                         str(tmp_path / 'agent'))
+  assert sorted(paired_checkpoint.buffer_checkpoints(
+      str(tmp_path / 'buffer'))) == [100]
+  assert len(os.listdir(tmp_path / 'buffer' / 'orphaned')) == 1
 
 
 def test_no_common_step_is_an_error_listing_both_sides(setup):
@@ -109,6 +114,10 @@ def test_bad_arguments(setup):
     paired_checkpoint.PairedCheckpointer(
         manager, agent_dir=str(tmp_path / 'a'), train_step=train_step,
         interval=0, agent=agent)
+  with pytest.raises(ValueError, match='keep must be a positive integer'):
+    paired_checkpoint.PairedCheckpointer(
+        manager, agent_dir=str(tmp_path / 'a'), train_step=train_step,
+        interval=5, keep=0, agent=agent)
   with pytest.raises(ValueError, match='needs something to checkpoint'):
     paired_checkpoint.PairedCheckpointer(
         manager, agent_dir=str(tmp_path / 'a'), train_step=train_step,

@@ -104,6 +104,27 @@ def test_interrupt_then_resume_continues_from_the_pair(cartpole_starter,
   assert resumed.items == saved_items + resumed.items_collected
 
 
+def test_resume_keeps_the_target_network(cartpole_starter, tmp_path):
+  first = _train(cartpole_starter, tmp_path / 'run', num_train_steps=150)
+  path = first.checkpoint.agent_checkpoint
+  reader = tf.train.load_checkpoint(path)
+  targets = {name: reader.get_tensor(name)
+             for name in reader.get_variable_to_shape_map()
+             if '_target_q_network' in name and 'OPTIMIZER' not in name}
+  assert targets
+  online = {name.replace('_target_q_network', '_q_network'): value
+            for name, value in targets.items()}
+  assert any((reader.get_tensor(n) != v).any() for n, v in online.items()
+             if n in reader.get_variable_to_shape_map())
+  # Resume without training: the final save must hold the same targets
+  # (the Learner's constructor re-initializes them if restored too early).
+  _train(cartpole_starter, tmp_path / 'run', num_train_steps=150,
+         resume=True)
+  again = tf.train.load_checkpoint(path)
+  for name, value in targets.items():
+    assert (again.get_tensor(name) == value).all(), name
+
+
 @pytest.mark.parametrize('kwargs, match', [
     ({'num_train_steps': 0}, 'num_train_steps must be a positive integer'),
     ({'batch_size': -1}, 'batch_size'),
