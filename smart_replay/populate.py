@@ -437,10 +437,24 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
     collect = actor.Actor(environment, baseline,
                           train_utils.create_train_step(),
                           steps_per_run=steps_per_run, observers=[progress])
+    def record_session():
+      session.update(finished_utc=_now(),
+                     seconds=round(time.monotonic() - started, 3),
+                     steps=state['steps'] - session['steps_before'],
+                     checkpoint=checkpoint)
+      _write_provenance(provenance_path, manager, sessions + [session],
+                        state=state, buffer_name=buffer_name, seed=seed,
+                        capacity=capacity, sequence_length=sequence_length,
+                        steps_per_run=steps_per_run, num_runs=num_runs,
+                        interrupted=interrupted)
+
     try:
       while state['steps'] < total:
         if stop_requested is not None and stop_requested():
-          interrupted = True  # Asked between runs: the last save is current.
+          # Asked between runs: the last checkpoint is current; only the
+          # provenance must say the run was interrupted.
+          interrupted = True
+          record_session()
           break
         try:
           collect.run()
@@ -453,15 +467,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
         progress.refresh()  # Short runs may not reach the periodic check.
         if checkpoint_every_run or interrupted or state['steps'] >= total:
           checkpoint = manager.checkpoint(extra={'populate': dict(state)})
-          session.update(finished_utc=_now(),
-                         seconds=round(time.monotonic() - started, 3),
-                         steps=state['steps'] - session['steps_before'],
-                         checkpoint=checkpoint)
-          _write_provenance(provenance_path, manager, sessions + [session],
-                            state=state, buffer_name=buffer_name, seed=seed,
-                            capacity=capacity, sequence_length=sequence_length,
-                            steps_per_run=steps_per_run, num_runs=num_runs,
-                            interrupted=interrupted)
+          record_session()
         if interrupted:
           break
     finally:

@@ -149,6 +149,9 @@ def test_a_stop_requested_between_runs_adds_no_checkpoint(tmp_path):
   assert result.interrupted and result.steps == 288
   assert [os.path.basename(p) for p in checkpoints.find_checkpoints(
       str(buffer_dir))] == ['ckpt-000001']
+  with open(result.provenance) as f:
+    record = json.load(f)
+  assert record['interrupted'] and record['steps_collected'] == 288
 
 
 def test_stop_request_second_signal_quits():
