@@ -18,14 +18,14 @@ after SIGINT/SIGTERM (a final checkpoint was written; continue with --resume).
 A second SIGINT/SIGTERM quits at once, without the final checkpoint.
 """
 
-import signal
+
 import sys
 
 from absl import app
 from absl import flags
 import gin
 
-from smart_replay import errors
+from smart_replay import cli
 from smart_replay import populate
 
 FLAGS = flags.FLAGS
@@ -76,34 +76,20 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
-  stop = populate.StopRequest()
-  signal.signal(signal.SIGINT, stop.handle)
-  signal.signal(signal.SIGTERM, stop.handle)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
-  try:
-    result = populate.populate_starter_buffer(
-        buffer_name=FLAGS.buffer_name, show_progress=not FLAGS.quiet,
-        stop_requested=stop, **given)
-  except (ValueError, errors.SmartReplayError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
-  except OSError as e:
-    print(f'error: cannot write the buffer under {FLAGS.output_dir!r}: {e}',
-          file=sys.stderr)
-    return 2
-  except KeyboardInterrupt:
-    print('Quit without a final checkpoint; the last completed checkpoint '
-          'loads, and --resume continues from it.', file=sys.stderr)
-    return 128 + (stop.signal or signal.SIGINT)
-  finally:
-    # Nothing is left to interrupt: a late signal must not change the exit.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  result, exit_code, stop = cli.run_stoppable(
+      lambda stop: populate.populate_starter_buffer(
+          buffer_name=FLAGS.buffer_name, show_progress=not FLAGS.quiet,
+          stop_requested=stop, **given),
+      quit_message='Quit without a final checkpoint; the last completed '
+      'checkpoint loads, and --resume continues from it.')
+  if exit_code is not None:
+    return exit_code
   if result.interrupted:
     print(f'Interrupted: saved {result.steps} of {result.total_steps} steps '
           f'({result.items} items) in {result.checkpoint}. Continue with '
           '--resume.', file=sys.stderr)
-    return 128 + stop.signal
+    return cli.interrupted_exit_code(stop)
   print(f'Populated {result.buffer_dir}: {result.steps} steps, '
         f'{result.episodes} episodes, {result.runs} runs, {result.items} '
         f'items.\n  checkpoint: {result.checkpoint}\n  provenance: '

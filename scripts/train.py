@@ -19,15 +19,13 @@ SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
 import dataclasses
 import json
 import os
-import signal
 import sys
 
 from absl import app
 from absl import flags
 import gin
 
-from smart_replay import errors
-from smart_replay import populate
+from smart_replay import cli
 from smart_replay import training
 
 FLAGS = flags.FLAGS
@@ -70,24 +68,15 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
-  stop = populate.StopRequest()
-  signal.signal(signal.SIGINT, stop.handle)
-  signal.signal(signal.SIGTERM, stop.handle)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
-  try:
-    result = training.train_from_starter(
-        starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
-        stop_requested=stop, **given)
-  except (ValueError, errors.SmartReplayError) as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
-  except KeyboardInterrupt:
-    print('Quit without a final checkpoint; --resume continues from the last '
-          'paired checkpoint.', file=sys.stderr)
-    return 128 + (stop.signal or signal.SIGINT)
-  finally:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  result, exit_code, stop = cli.run_stoppable(
+      lambda stop: training.train_from_starter(
+          starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
+          stop_requested=stop, **given),
+      quit_message='Quit without a final checkpoint; --resume continues from '
+      'the last paired checkpoint.')
+  if exit_code is not None:
+    return exit_code
   record = dataclasses.asdict(result)
   with open(os.path.join(result.run_dir, 'result.json'), 'w') as f:
     json.dump(record, f, indent=2)
@@ -95,7 +84,7 @@ def main(argv):
   if result.interrupted:
     print(f'Interrupted at train step {result.train_step}; continue with '
           '--resume.', file=sys.stderr)
-    return 128 + stop.signal
+    return cli.interrupted_exit_code(stop)
   return 0
 
 

@@ -70,44 +70,6 @@ class _Done(Exception):
   """Raised inside the Actor's loop when the requested total is reached."""
 
 
-class StopRequest:
-  """Turns SIGINT/SIGTERM into a graceful stop, and a second one into a quit.
-
-  Install `handle` as the signal handler and pass the object itself as
-  `stop_requested`: the first signal asks collection to stop after the current
-  step (a final checkpoint follows); a second one raises `KeyboardInterrupt`
-  to quit at once, leaving the last completed checkpoint.
-
-  Attributes:
-    signal: the number of the first signal received, or None.
-  """
-
-  def __init__(self):
-    self.signal = None
-
-  def __call__(self) -> bool:
-    """Returns True once a stop was requested."""
-    return self.signal is not None
-
-  def handle(self, signum: int, frame=None) -> None:
-    """Signal handler.
-
-    Args:
-      signum: the signal number.
-      frame: unused (the interrupted stack frame).
-
-    Raises:
-      KeyboardInterrupt: on the second signal.
-    """
-    del frame
-    if self.signal is not None:
-      raise KeyboardInterrupt
-    self.signal = signum
-    logging.warning('Signal %d: stopping after this step and writing a final '
-                    'checkpoint (send it again to quit at once; the last '
-                    'completed checkpoint stays loadable).', signum)
-
-
 def validate_buffer_name(name: str) -> str:
   """Checks that `name` is a plain name usable as a directory name.
 

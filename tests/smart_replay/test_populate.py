@@ -155,7 +155,8 @@ def test_a_stop_requested_between_runs_adds_no_checkpoint(tmp_path):
 
 
 def test_stop_request_second_signal_quits():
-  stop = populate.StopRequest()
+  from smart_replay import cli  # pylint: disable=g-import-not-at-top
+  stop = cli.StopRequest()
   assert not stop()
   stop.handle(15)
   assert stop() and stop.signal == 15

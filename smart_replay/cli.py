@@ -1,0 +1,103 @@
+"""Shared behaviour of the command-line binaries: signals and exit codes.
+
+Both `smart-replay-populate` and `smart-replay-train` stop gracefully on the
+first SIGINT/SIGTERM (a final checkpoint follows), quit at once on the second,
+report bad input as `error: ...` with exit code 2, and ignore late signals once
+the work is done so the exit code stays what it should be.
+"""
+
+import signal
+import sys
+from typing import Any, Callable, Optional, Tuple
+
+from absl import logging
+
+from smart_replay import errors
+
+EXIT_BAD_INPUT = 2
+
+
+class StopRequest:
+  """Turns SIGINT/SIGTERM into a graceful stop, and a second one into a quit.
+
+  Install `handle` as the signal handler and pass the object itself as
+  `stop_requested`: the first signal asks collection to stop after the current
+  step (a final checkpoint follows); a second one raises `KeyboardInterrupt`
+  to quit at once, leaving the last completed checkpoint.
+
+  Attributes:
+    signal: the number of the first signal received, or None.
+  """
+
+  def __init__(self):
+    self.signal = None
+
+  def __call__(self) -> bool:
+    """Returns True once a stop was requested."""
+    return self.signal is not None
+
+  def handle(self, signum: int, frame=None) -> None:
+    """Signal handler.
+
+    Args:
+      signum: the signal number.
+      frame: unused (the interrupted stack frame).
+
+    Raises:
+      KeyboardInterrupt: on the second signal.
+    """
+    del frame
+    if self.signal is not None:
+      raise KeyboardInterrupt
+    self.signal = signum
+    logging.warning('Signal %d: stopping after this step and writing a final '
+                    'checkpoint (send it again to quit at once; the last '
+                    'completed checkpoint stays loadable).', signum)
+
+
+def interrupted_exit_code(stop: StopRequest) -> int:
+  """Returns 128 + the signal number (the shell's convention).
+
+  Args:
+    stop: the request that ended the work.
+
+  Returns:
+    The exit code; 130 (SIGINT) if no signal was recorded.
+  """
+  return 128 + (stop.signal or signal.SIGINT)
+
+
+def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str
+                  ) -> Tuple[Optional[Any], Optional[int], StopRequest]:
+  """Runs `work(stop)` with SIGINT/SIGTERM turned into a `StopRequest`.
+
+  Args:
+    work: called with the `StopRequest` to poll (pass it as
+      `stop_requested`).
+    quit_message: printed to stderr when a second signal quits at once.
+
+  Returns:
+    `(result, exit_code, stop)`: `exit_code` is None when `work` returned
+    (the caller decides, e.g. from `stop.signal`), else the code to exit with
+    after the error was printed: 2 for bad input or an unusable path, 128 +
+    signal after a quit.
+  """
+  stop = StopRequest()
+  signal.signal(signal.SIGINT, stop.handle)
+  signal.signal(signal.SIGTERM, stop.handle)
+  try:
+    return work(stop), None, stop
+  except (ValueError, errors.SmartReplayError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return None, EXIT_BAD_INPUT, stop
+  except OSError as e:
+    where = f'cannot use {e.filename!r}: ' if e.filename else ''
+    print(f'error: {where}{e.strerror or e}', file=sys.stderr)
+    return None, EXIT_BAD_INPUT, stop
+  except KeyboardInterrupt:
+    print(quit_message, file=sys.stderr)
+    return None, interrupted_exit_code(stop), stop
+  finally:
+    # Nothing is left to interrupt: a late signal must not change the exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
