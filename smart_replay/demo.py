@@ -6,7 +6,6 @@ manager (the starter buffer is only read), sample through `get_dataset`, and
 report what is there.
 """
 
-import json
 import os
 import tempfile
 from typing import Any, Dict
@@ -51,10 +50,8 @@ def summarize_buffer(buffer_dir: str, *, batch_size: int = 256
           'batch_shape': tuple(trajectory.observation.shape),
           'sampled_mean_reward': float(np.mean(trajectory.reward.numpy())),
       }
-  provenance = os.path.join(buffer_dir, populate.PROVENANCE_NAME)
-  if os.path.isfile(provenance):
-    with open(provenance) as f:
-      record = json.load(f)
+  if os.path.isfile(os.path.join(buffer_dir, populate.PROVENANCE_NAME)):
+    record = populate.read_provenance(buffer_dir)
     summary.update({key: record.get(key) for key in (
         'env', 'policy', 'policy_class', 'steps_collected')})
   return summary

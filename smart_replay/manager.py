@@ -110,7 +110,6 @@ class ReplayBufferManager:
       raise ValueError(f'table_configs names must be unique, got {names}.')
 
     self._data_spec = data_spec
-    self._capacity = capacity
     self._sequence_length = sequence_length
     self._stride_length = stride_length
     self._table_configs = [c.with_capacity(capacity) for c in configs]

@@ -70,6 +70,23 @@ class _Done(Exception):
   """Raised inside the Actor's loop when the requested total is reached."""
 
 
+def read_provenance(buffer_dir: str) -> Dict[str, Any]:
+  """Reads the provenance file of a buffer written by this module.
+
+  Args:
+    buffer_dir: a buffer directory.
+
+  Returns:
+    The provenance dict.
+
+  Raises:
+    OSError: if the file cannot be read.
+    ValueError: if it is not valid JSON.
+  """
+  with open(os.path.join(buffer_dir, PROVENANCE_NAME)) as f:
+    return json.load(f)
+
+
 def validate_buffer_name(name: str) -> str:
   """Checks that `name` is a plain name usable as a directory name.
 
@@ -364,7 +381,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
             + manifest_lib.format_differences(mismatched, 'buffer', 'now')
             + '\nResume with the same env and policy, or pass --overwrite.')
       state.update(stored, total_steps=total)
-      sessions = _read_sessions(provenance_path)
+      sessions = _read_sessions(buffer_dir)
       seed_now = derived_seed(seed, len(sessions))
       # A new session must not replay the first one's random stream.
       environment = env_factory.make_environment(env, seed=seed_now)
@@ -448,20 +465,19 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
       items=items, interrupted=interrupted, provenance=provenance_path)
 
 
-def _read_sessions(path: str):
+def _read_sessions(buffer_dir: str):
   try:
-    with open(path) as f:
-      return json.load(f).get('sessions', [])
+    return read_provenance(buffer_dir).get('sessions', [])
   except (OSError, ValueError) as e:
-    logging.warning('Could not read %s (%s); its session history restarts.',
-                    path, e)
+    logging.warning('Could not read the provenance of %s (%s); its session '
+                    'history restarts.', buffer_dir, e)
     return []
 
 
 def _write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
                       sessions, *, state: Dict[str, Any], interrupted: bool,
                       **settings) -> None:
-  """Writes provenance.json atomically (temp file, then rename)."""
+  """Writes provenance.json atomically."""
   stats = manager.stats()
   table = next(iter(stats['tables'].values()))
   seconds = sum(s.get('seconds', 0.0) for s in sessions)
@@ -491,7 +507,4 @@ def _write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
       'data_spec': specs.spec_to_json(manager.data_spec)['leaves'],
       'versions': manifest_lib.package_versions(),
   }
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(provenance, f, indent=2, sort_keys=True, default=str)
-  os.replace(tmp, path)
+  manifest_lib.write(path, provenance)  # Atomic JSON write.

@@ -7,7 +7,7 @@ compare field by field.
 """
 
 import base64
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -197,6 +197,26 @@ def as_trajectory(spec: Any) -> Any:
       getattr(spec, '_fields', None) == trajectory_lib.Trajectory._fields):
     return trajectory_lib.Trajectory(*spec)
   return spec
+
+
+def diff_specs(stored: Any, requested: Any, *, prefix: str = 'data_spec',
+               bounds_for: Sequence[str] = ()) -> List[Tuple[str, str, str]]:
+  """Compares two spec nests (array or tensor specs) by dtype and shape.
+
+  Args:
+    stored: one spec nest.
+    requested: the other.
+    prefix: name prepended to each field path in the result.
+    bounds_for: leaf paths whose bounds must match too (e.g. 'action').
+
+  Returns:
+    `(field, stored_description, requested_description)` per differing leaf.
+  """
+  def leaves(spec):
+    return [leaf._asdict() if leaf.path in bounds_for else
+            dict(leaf._asdict(), minimum=None, maximum=None)
+            for leaf in flatten_spec(tensor_spec.from_spec(spec))]
+  return diff_spec_leaves(leaves(stored), leaves(requested), prefix=prefix)
 
 
 def diff_spec_leaves(stored: List[dict], requested: List[dict],

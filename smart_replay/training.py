@@ -16,7 +16,6 @@ Run layout::
 """
 
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, Optional
@@ -27,7 +26,6 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.metrics import py_metrics
 from tf_agents.policies import py_tf_eager_policy
-from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train import learner
 from tf_agents.train.utils import train_utils
@@ -110,15 +108,13 @@ class BufferSummaries:
 
 
 def _starter_env(starter_dir: str) -> str:
-  path = os.path.join(starter_dir, populate.PROVENANCE_NAME)
   try:
-    with open(path) as f:
-      return json.load(f)['env']
+    return populate.read_provenance(starter_dir)['env']
   except (OSError, ValueError, KeyError) as e:
     raise ValueError(
-        f'cannot tell which environment {starter_dir} was collected in: '
-        f'{path} is missing or has no "env" ({e}). Pass env= explicitly.'
-    ) from None
+        f'cannot tell which environment {starter_dir} was collected in: its '
+        f'{populate.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
+        'env= explicitly.') from None
 
 
 def greedy_return(policy, env, episodes: int) -> float:
@@ -341,11 +337,7 @@ def _check_spec(starter_dir, starter_spec, agent_spec) -> None:
   Dtypes and shapes must match everywhere; bounds only for the action (DQN
   sizes its Q-head from them).
   """
-  def leaves(spec):
-    return [dict(l._asdict(), minimum=None, maximum=None)
-            if l.path != 'action' else l._asdict()
-            for l in specs.flatten_spec(tensor_spec.from_spec(spec))]
-  diffs = specs.diff_spec_leaves(leaves(starter_spec), leaves(agent_spec))
+  diffs = specs.diff_specs(starter_spec, agent_spec, bounds_for=('action',))
   if diffs:
     raise errors.ManifestMismatchError(
         f'the starter buffer {starter_dir} does not match the agent\'s '

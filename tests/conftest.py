@@ -6,7 +6,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import pytest
-import tensorflow as tf
 import tree
 from tf_agents.environments import random_py_environment
 from tf_agents.policies import random_py_policy

@@ -7,7 +7,6 @@ import gin
 from tf_agents.environments import py_environment
 from tf_agents.policies import py_policy
 from tf_agents.policies import random_py_policy
-from tf_agents.specs import tensor_spec
 
 from smart_replay import specs
 from smart_replay.envs import thermal
@@ -47,12 +46,7 @@ def _load_saved_policy(path: str, env: py_environment.PyEnvironment
   for field, wanted, got in (
       ('time_step', env.time_step_spec(), policy.time_step_spec),
       ('action', env.action_spec(), policy.action_spec)):
-    diffs += specs.diff_spec_leaves(
-        [dict(l._asdict(), minimum=None, maximum=None)
-         for l in specs.flatten_spec(tensor_spec.from_spec(wanted))],
-        [dict(l._asdict(), minimum=None, maximum=None)
-         for l in specs.flatten_spec(tensor_spec.from_spec(got))],
-        prefix=field)
+    diffs += specs.diff_specs(wanted, got, prefix=field)
   if diffs:
     raise ValueError(
         f'the saved policy at {path} does not fit this environment:\n'

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tree
 from tf_agents.trajectories import StepType
 
@@ -64,7 +65,7 @@ def test_a_new_actor_mid_episode_starts_a_new_episode(make_manager, env):
 
 def test_observer_needs_a_trajectory_spec(make_manager):
   with pytest.raises(ValueError, match='must be a tf_agents Trajectory spec'):
-    make_manager(data_spec={'x': conftest.tf.TensorSpec([1], conftest.tf.float32)})
+    make_manager(data_spec={'x': tf.TensorSpec([1], tf.float32)})
 
 
 def test_closed_observer_refuses_steps(make_manager, env):

@@ -56,10 +56,10 @@ def _one_step_reward(hour, u, *, indoor, **kwargs):
   """Reward of one step taken at `hour` from `indoor` °C (no noise)."""
   env = thermal.ThermalZoneEnv(outdoor_noise=0.0,
                                initial_temperature=(indoor, indoor), **kwargs)
-  time_step = env.reset()
+  env.reset()
   env._indoor = indoor  # pylint: disable=protected-access
   for _ in range(int(hour * 12)):
-    time_step = env.step(np.zeros(1, np.float32))
+    env.step(np.zeros(1, np.float32))
     env._indoor = indoor  # pylint: disable=protected-access
   return float(env.step(np.full(1, u, np.float32)).reward), env
 
