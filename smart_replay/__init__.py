@@ -22,9 +22,11 @@ from smart_replay.errors import CheckpointExistsError
 from smart_replay.errors import CheckpointNotFoundError
 from smart_replay.errors import ManagerStateError
 from smart_replay.errors import ManifestMismatchError
+from smart_replay.errors import PrefillWouldBlockError
 from smart_replay.errors import SmartReplayError
 from smart_replay.errors import TrajectorySpecError
 from smart_replay.errors import WaitTimeoutError
+from smart_replay.dataset import ReplayInfo
 from smart_replay.manager import ReplayBufferManager
 from smart_replay.observer import TrajectoryObserver
 from smart_replay.tables import TableConfig
@@ -37,7 +39,9 @@ __all__ = [
     'CheckpointNotFoundError',
     'ManagerStateError',
     'ManifestMismatchError',
+    'PrefillWouldBlockError',
     'ReplayBufferManager',
+    'ReplayInfo',
     'SmartReplayError',
     'TableConfig',
     'TrajectoryObserver',

@@ -10,7 +10,7 @@ completeness, fingerprints its files and counts its items per table.
 import collections
 import hashlib
 import os
-from typing import Dict, List
+from typing import Dict, List, NamedTuple
 
 import tensorflow as tf
 from reverb.cc import schema_pb2
@@ -92,6 +92,36 @@ def digest_mismatches(path: str, expected: Dict[str, dict]) -> List[str]:
   return problems
 
 
+class ItemRecord(NamedTuple):
+  """One item of a checkpoint, without its data."""
+  table: str
+  key: int
+  priority: float
+  times_sampled: int
+
+
+def read_items(path: str) -> List[ItemRecord]:
+  """Lists the items stored in a checkpoint, reading its files.
+
+  Args:
+    path: a complete checkpoint folder.
+
+  Returns:
+    One `ItemRecord` per stored item, in file order.
+
+  Raises:
+    tf.errors.DataLossError: if `items.tfrecord` is damaged.
+  """
+  records = tf.data.TFRecordDataset(os.path.join(path, 'items.tfrecord'),
+                                    compression_type=_COMPRESSION)
+  items = []
+  for record in records.as_numpy_iterator():
+    item = schema_pb2.PrioritizedItem.FromString(record)
+    items.append(ItemRecord(item.table, item.key, item.priority,
+                            item.times_sampled))
+  return items
+
+
 def count_items(path: str) -> Dict[str, int]:
   """Counts the items stored per table in a checkpoint, reading its files.
 
@@ -104,9 +134,4 @@ def count_items(path: str) -> Dict[str, int]:
   Raises:
     tf.errors.DataLossError: if `items.tfrecord` is damaged.
   """
-  counts = collections.Counter()
-  records = tf.data.TFRecordDataset(os.path.join(path, 'items.tfrecord'),
-                                    compression_type=_COMPRESSION)
-  for record in records.as_numpy_iterator():
-    counts[schema_pb2.PrioritizedItem.FromString(record).table] += 1
-  return dict(counts)
+  return dict(collections.Counter(item.table for item in read_items(path)))

@@ -2,8 +2,10 @@
 
 The dataset yields what `tf_agents.train.Learner` expects from
 `ReverbReplayBuffer.as_dataset`: `(trajectory, info)` with trajectory leaves of
-shape `[batch, num_steps, ...]` and a `reverb.SampleInfo` broadcast to
-`[batch, num_steps]`.
+shape `[batch, num_steps, ...]` and an info broadcast to `[batch, num_steps]`.
+The info is a `ReplayInfo`: Reverb's `SampleInfo` fields plus the
+importance-sampling `weight` of prioritized replay and the padding `mask` of
+episode items.
 
 A Reverb sampler waits forever on an empty table by default. Here every wait
 is bounded: when the rate limiter does not allow a sample within the timeout,
@@ -15,7 +17,7 @@ ending in that error: the *same* iterator (the one a `Learner` holds) samples
 again on the next call once there is data.
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import reverb
 import tensorflow as tf
@@ -43,9 +45,56 @@ def _timeout_message(client: reverb.Client, table: str, timeout_s: float
           'Iterate the dataset again (iter(dataset)) to resume sampling.')
 
 
+class ReplayInfo(NamedTuple):
+  """What the dataset yields beside each batch of trajectories.
+
+  Every field has shape `[batch, num_steps]` (per-item values are broadcast
+  over the steps, as TF-Agents does with `reverb.SampleInfo`), so
+  `info.key[:, 0]` are the sampled items' keys.
+
+  Attributes:
+    key: uint64 item keys (for `ReplayBufferManager.update_priorities`).
+    probability: float64 probability the item had of being sampled.
+    table_size: int64 items in the table when it was sampled.
+    priority: float64 priority of the item.
+    times_sampled: int32 times the item has been sampled, this time included.
+    weight: float32 importance-sampling weight `(N * P(i)) ** -beta / max w`
+      (max over the batch); 1 for tables that are not prioritized.
+    mask: bool, False on the padding steps of episode items shorter than the
+      table's `episode_length`; True everywhere else.
+  """
+  key: Any
+  probability: Any
+  table_size: Any
+  priority: Any
+  times_sampled: Any
+  weight: Any
+  mask: Any
+
+
+def importance_weights(probability: tf.Tensor, table_size: tf.Tensor,
+                       beta: Any) -> tf.Tensor:
+  """Importance-sampling weights of a batch of prioritized samples.
+
+  Args:
+    probability: `[batch]` sampling probabilities P(i).
+    table_size: `[batch]` table sizes N when each item was sampled.
+    beta: the exponent, a scalar in [0, 1].
+
+  Returns:
+    float32 `[batch]` weights `w_i = (N * P(i)) ** -beta / max_j w_j`.
+  """
+  scaled = tf.cast(table_size, tf.float64) * tf.cast(probability, tf.float64)
+  weights = tf.pow(scaled, -tf.cast(beta, tf.float64))
+  return tf.cast(weights / tf.reduce_max(weights), tf.float32)
+
+
 def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                  sequence_length: int, batch_size: int,
                  num_steps: Optional[int] = None,
+                 variable_length: bool = False,
+                 beta: Optional[Callable[[], Any]] = None,
+                 as_train_kwargs: bool = False,
                  timeout_s: Optional[float] = 60.0,
                  max_in_flight_samples_per_worker: Optional[int] = None,
                  num_workers_per_iterator: int = -1,
@@ -57,11 +106,21 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     client: a client of the server holding `table`.
     table: the table to sample.
     data_spec: the spec of one step (without the time dimension).
-    sequence_length: steps per stored item.
+    sequence_length: steps per stored item; for `variable_length` tables the
+      longest item, to which shorter ones are padded (with `mask` False).
     batch_size: items per batch, >= 1.
     num_steps: steps per sample; must divide `sequence_length` (each item is
       then split into `sequence_length // num_steps` samples). None means
-      `sequence_length`.
+      `sequence_length`; variable-length items cannot be split.
+    variable_length: items have up to `sequence_length` steps (episode
+      tables); they are zero-padded at the end.
+    beta: None for weights of 1, or a callable returning the importance
+      exponent (a float or scalar tensor, evaluated per batch, so it can read
+      a variable such as the train step).
+    as_train_kwargs: yield `(dict(experience=trajectory, weights=w), info)`
+      with per-sample weights `w = info.weight[:, 0]`, for
+      `Learner(use_kwargs_in_agent_train=True)`, which then passes the
+      weights to `agent.train`.
     timeout_s: seconds to wait for the rate limiter to allow a sample before
       raising; None waits forever (not recommended).
     max_in_flight_samples_per_worker: Reverb prefetch depth; default
@@ -74,7 +133,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     prefetch: batches to prefetch.
 
   Returns:
-    A `tf.data.Dataset` of `(trajectory, reverb.SampleInfo)` batches.
+    A `tf.data.Dataset` of `(trajectory, ReplayInfo)` batches (or
+    `(dict(experience=..., weights=...), ReplayInfo)`).
 
   Raises:
     ValueError: if `batch_size`, `num_steps` or `timeout_s` is invalid; the
@@ -86,29 +146,56 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
   if (not isinstance(num_steps, int) or num_steps < 1 or
       sequence_length % num_steps):
     raise ValueError(
-        f'num_steps={num_steps!r} must be a positive divisor of the buffer\'s '
+        f'num_steps={num_steps!r} must be a positive divisor of the table\'s '
         f'sequence_length={sequence_length} (items hold {sequence_length} '
         'steps; other lengths would silently drop steps).')
+  if variable_length and num_steps != sequence_length:
+    raise ValueError(
+        f'num_steps={num_steps!r}: episode items are sampled whole '
+        f'({sequence_length} steps with padding); pass num_steps=None.')
   if timeout_s is not None and timeout_s <= 0:
     raise ValueError(f'timeout_s must be > 0 seconds or None, got '
                      f'{timeout_s!r}.')
+  stored_length = None if variable_length else sequence_length
   shapes = tf.nest.map_structure(
-      lambda s: tf.TensorShape([sequence_length] + s.shape.as_list()), data_spec)
+      lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
   dtypes = tf.nest.map_structure(lambda s: s.dtype, data_spec)
-  def to_learner_format(sample):
-    info = tf.nest.map_structure(lambda t: tf.broadcast_to(t, [num_steps]),
-                                 sample.info)
-    return sample.data, info
-
   pieces = sequence_length // num_steps
 
-  def split(sample):
+  def pad(sample):
+    """Pads a variable-length item to `sequence_length` steps, with a mask."""
+    length = tf.shape(tf.nest.flatten(sample.data)[0])[0]
+    def pad_leaf(t):
+      padding = [[0, sequence_length - length]] + [[0, 0]] * (t.shape.rank - 1)
+      return tf.ensure_shape(tf.pad(t, padding),
+                             [sequence_length] + t.shape[1:].as_list())
+    mask = tf.sequence_mask(length, sequence_length)
+    return tf.nest.map_structure(pad_leaf, sample.data), sample.info, mask
+
+  def whole(sample):
+    return sample.data, sample.info, tf.ones([sequence_length], tf.bool)
+
+  def split(data, info, mask):
     data = tf.nest.map_structure(
         lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
-        sample.data)
-    info = tf.nest.map_structure(
-        lambda t: tf.broadcast_to(t, [pieces, num_steps]), sample.info)
-    return data, info
+        data)
+    info = tf.nest.map_structure(lambda t: tf.fill([pieces], t), info)
+    return data, info, tf.reshape(mask, [pieces, num_steps])
+
+  def finish(data, info, mask):
+    """Adds the importance weights and broadcasts per-item info over steps."""
+    weight = (importance_weights(info.probability, info.table_size, beta())
+              if beta is not None else tf.ones_like(info.probability,
+                                                    tf.float32))
+    steps = lambda t: tf.broadcast_to(t[:, None], tf.shape(mask))
+    replay_info = ReplayInfo(
+        key=steps(info.key), probability=steps(info.probability),
+        table_size=steps(info.table_size), priority=steps(info.priority),
+        times_sampled=steps(info.times_sampled), weight=steps(weight),
+        mask=mask)
+    if as_train_kwargs:
+      return dict(experience=data, weights=weight), replay_info
+    return data, replay_info
 
   def stream(_):
     """One Reverb sampling stream; it ends only when the timeout expires."""
@@ -119,11 +206,11 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         num_workers_per_iterator=num_workers_per_iterator,
         rate_limiter_timeout_ms=(-1 if timeout_s is None
                                  else int(timeout_s * 1000)))
-    if pieces == 1:
-      dataset = dataset.map(to_learner_format)
-    else:
+    dataset = dataset.map(pad if variable_length else whole)
+    if pieces > 1:
       dataset = dataset.map(split).unbatch()
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    dataset = dataset.map(finish)
     if timeout_s is not None:
       dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
                                                   table, timeout_s))

@@ -44,3 +44,7 @@ class WaitTimeoutError(SmartReplayError, TimeoutError):
 
 class ManagerStateError(SmartReplayError, RuntimeError):
   """A manager method was called in a state where it cannot work (e.g. closed)."""
+
+
+class PrefillWouldBlockError(SmartReplayError, ValueError):
+  """Writing a prefill with nothing sampling would block a rate limiter."""

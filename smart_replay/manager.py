@@ -8,15 +8,21 @@ step that does not match the spec, never waits without a timeout, and never lets
 Reverb's pruning delete a checkpoint it should keep.
 """
 
+import collections
 import concurrent.futures
 import json
 import os
+import shutil
 import threading
-from typing import Any, Dict, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
+import numpy as np
 import portpicker
+import reverb
+import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
 from smart_replay import checkpoint_files
@@ -61,9 +67,12 @@ class ReplayBufferManager:
       `checkpoint_dir/checkpoints/ckpt-N` (see `smart_replay.checkpoints`).
     sequence_length: steps per item, >= 1.
     stride_length: steps between consecutive item starts, >= 1.
-    table_configs: the tables to serve; default one uniform table named
-      'experience'. The observer writes every item to every table; the first
-      table is the one `replay_buffer` and `num_frames()` refer to.
+    table_configs: the tables to serve (see `TableConfig`: uniform,
+      prioritized, FIFO/LIFO queues, rate limiters, sequence or episode
+      items); default one uniform table named 'experience'. Observers write
+      every step once and make every table's items from it; the first table
+      is the one `replay_buffer`, `num_frames()` and `get_dataset()` use by
+      default.
     keep_checkpoints: complete checkpoints to keep on disk, >= 1.
     sample_timeout_s: how long sampling waits for data before raising.
     write_timeout_s: how long observer flushes and episode ends wait for the
@@ -71,6 +80,9 @@ class ReplayBufferManager:
     connect_timeout_s: how long to wait for the server to answer.
     checkpoint_timeout_s: how long `checkpoint()` waits for Reverb to write.
     port: the server's port; None picks a free one.
+    num_envs: None if actors step one environment; N if the observer
+      returned by create/load receives batches of N environments' steps
+      (batched or parallel TF-Agents environments).
     allow_version_mismatch: load checkpoints written with other dm-reverb,
       tensorflow or tf-agents versions (with a warning) instead of refusing.
 
@@ -85,6 +97,7 @@ class ReplayBufferManager:
                write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
                checkpoint_timeout_s: float = 600.0,
                port: Optional[int] = None,
+               num_envs: Optional[int] = None,
                allow_version_mismatch: bool = False):
     data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
@@ -108,18 +121,22 @@ class ReplayBufferManager:
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
       raise ValueError(f'table_configs names must be unique, got {names}.')
+    if num_envs is not None:
+      _positive('num_envs', num_envs, integer=True)
 
     self._data_spec = data_spec
     self._sequence_length = sequence_length
     self._stride_length = stride_length
-    self._table_configs = [c.with_capacity(capacity) for c in configs]
+    self._table_configs = [
+        c.resolve(capacity=capacity, sequence_length=sequence_length,
+                  stride_length=stride_length) for c in configs]
+    self._num_envs = num_envs
     self._sample_timeout_s = float(sample_timeout_s)
     self._write_timeout_s = float(write_timeout_s)
     self._connect_timeout_s = float(connect_timeout_s)
     self._checkpoint_timeout_s = float(checkpoint_timeout_s)
     self._port = port
     self._allow_version_mismatch = bool(allow_version_mismatch)
-    self._signature = specs.table_signature(data_spec, sequence_length)
     self._config = manifest_lib.build_config(
         data_spec=data_spec, sequence_length=sequence_length,
         stride_length=stride_length, capacity=capacity,
@@ -141,6 +158,15 @@ class ReplayBufferManager:
     self._pending_save = None
     self._loaded_manifest = None
     self._loaded_checkpoint = None
+    # Largest priority given per prioritized table: new items get it unless
+    # their table sets initial_priority. Variables, so that update_priorities
+    # can raise them from inside a Learner's tf.function.
+    self._max_priority = {
+        c.name: tf.Variable(1.0, dtype=tf.float64, trainable=False,
+                            name=f'max_priority_{i}')
+        for i, c in enumerate(self._table_configs) if c.prioritized}
+    self._tf_client = None
+    self._blocked_since = {}
 
   @classmethod
   def from_checkpoint(cls, source: str, *, checkpoint_dir: Optional[str] = None,
@@ -363,13 +389,16 @@ class ReplayBufferManager:
           f'records {expected}.')
     self._steps_offset = manifest['counts']['env_steps']
     self._episodes_offset = manifest['counts']['episodes']
+    for name, variable in self._max_priority.items():
+      variable.assign(manifest['counts']['tables'][name].get('max_priority',
+                                                             1.0))
     self._loaded_manifest = manifest
     self._loaded_checkpoint = path
     logging.info('Loaded replay buffer from %s: %s items, %d env steps.', path,
                  restored, self._steps_offset)
 
   def _start(self, fallback: Optional[str]) -> None:
-    tables = [tables_lib.make_table(c, self._signature)
+    tables = [tables_lib.make_table(c, self._data_spec)
               for c in self._table_configs]
     root = self._store.prepare_reverb_root()
     self._server, self._client = server_lib.start_local_server(
@@ -387,21 +416,30 @@ class ReplayBufferManager:
             diffs)
       self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
           self._data_spec, table_name=self._table_configs[0].name,
-          sequence_length=self._sequence_length, local_server=self._server,
+          sequence_length=(self._table_configs[0].sequence_length
+                           if self._table_configs[0].kind == 'sequence'
+                           else None),
+          local_server=self._server,
           rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
-      self.make_observer()
+      self._tf_client = reverb.TFClient(self._client.server_address)
+      self.make_observer(num_envs=self._num_envs)
     except BaseException:
       self._stop_server()
       raise
 
   # ------------------------------------------------------------------ writing
 
-  def make_observer(self, *, priority: float = 1.0
+  def make_observer(self, *, priority: Optional[float] = None,
+                    num_envs: Optional[int] = None
                     ) -> observer_lib.TrajectoryObserver:
     """Creates another observer on this buffer (e.g. one per actor thread).
 
     Args:
-      priority: initial priority of the items it writes.
+      priority: initial priority of every item it writes; None uses each
+        table's `initial_priority`, or for prioritized tables without one the
+        largest priority given so far by `update_priorities` (1.0 at first).
+      num_envs: None for unbatched steps; N for batches of N environments'
+        steps (one stream, with its own episodes, per environment).
 
     Returns:
       A `TrajectoryObserver` writing to every table; the manager flushes and
@@ -409,39 +447,55 @@ class ReplayBufferManager:
 
     Raises:
       ManagerStateError: if the manager is not started.
+      ValueError: if `priority` or `num_envs` is invalid.
     """
     self._require_state(started=True)
     obs = observer_lib.TrajectoryObserver(
-        self._client, table_names=[c.name for c in self._table_configs],
-        data_spec=self._data_spec, sequence_length=self._sequence_length,
-        stride_length=self._stride_length, priority=priority,
-        timeout_s=self._write_timeout_s, lock=self._lock)
+        self._client, tables=self._table_configs, data_spec=self._data_spec,
+        num_envs=num_envs, priority=priority,
+        priority_fn=self._new_item_priority, timeout_s=self._write_timeout_s,
+        lock=self._lock)
     self._observers.append(obs)
     return obs
+
+  def _new_item_priority(self, table_name: str) -> float:
+    variable = self._max_priority.get(table_name)
+    return 1.0 if variable is None else float(variable.numpy())
 
   # ----------------------------------------------------------------- sampling
 
   def get_dataset(self, batch_size: int, num_steps: Optional[int] = None, *,
                   table_name: Optional[str] = None,
                   sample_timeout_s: Optional[float] = None,
-                  prefetch: int = 2) -> Any:
+                  train_step: Optional[tf.Variable] = None,
+                  as_train_kwargs: bool = False,
+                  prefetch: int = 2) -> tf.data.Dataset:
     """Returns a `tf.data.Dataset` of batches for `tf_agents.train.Learner`.
 
     Args:
       batch_size: items per batch.
-      num_steps: steps per sample; a divisor of `sequence_length` (default:
-        `sequence_length`).
+      num_steps: steps per sample; a divisor of the table's sequence length
+        (default: the whole item). Episode items are always sampled whole.
       table_name: the table to sample; default the first table.
       sample_timeout_s: overrides the manager's `sample_timeout_s`.
+      train_step: the train-step variable (e.g. `train_utils.create_train_step()`)
+        that anneals the importance-sampling beta of a prioritized table
+        with `importance_beta_final`; required there, ignored elsewhere.
+      as_train_kwargs: yield `(dict(experience=trajectory, weights=w), info)`
+        for `Learner(use_kwargs_in_agent_train=True)`, so the agent's loss is
+        weighted by the importance-sampling weights.
       prefetch: batches to prefetch.
 
     Returns:
-      A dataset of `(Trajectory[batch, num_steps, ...], SampleInfo)`. When no
-      sample is allowed within the timeout, its iterator raises a
-      `tf.errors.OpError` naming the table and its state, and the same
-      iterator samples again on the next call. For tables with
-      `max_times_sampled` the last batch before a timeout may be smaller than
-      `batch_size` (no sampled item is dropped).
+      A dataset of `(Trajectory[batch, num_steps, ...], ReplayInfo)`; the
+      `ReplayInfo` holds the item keys, Reverb's sample info, the
+      importance-sampling `weight` (1 unless the table is prioritized) and
+      the `mask` of episode padding, each `[batch, num_steps]`. When no sample
+      is allowed within the timeout, its iterator raises a `tf.errors.OpError`
+      naming the table and its state, and the same iterator samples again on
+      the next call. For tables with `max_times_sampled` the last batch
+      before a timeout may be smaller than `batch_size` (no sampled item is
+      dropped, and the Reverb prefetch depth is one batch).
 
     Raises:
       ValueError: if an argument is invalid or the table is unknown.
@@ -456,10 +510,34 @@ class ReplayBufferManager:
     consumed = config.max_times_sampled > 0  # Sampling deletes items.
     return dataset_lib.make_dataset(
         self._client, table=config.name, data_spec=self._data_spec,
-        sequence_length=self._sequence_length, batch_size=batch_size,
-        num_steps=num_steps, timeout_s=timeout,
-        num_workers_per_iterator=1 if ordered else -1,
+        sequence_length=config.item_length, batch_size=batch_size,
+        num_steps=num_steps, variable_length=config.kind == 'episode',
+        beta=self._beta(config, train_step), as_train_kwargs=as_train_kwargs,
+        timeout_s=timeout,
+        max_in_flight_samples_per_worker=batch_size if consumed else None,
+        num_workers_per_iterator=1 if ordered or consumed else -1,
         drop_remainder=not consumed, prefetch=prefetch)
+
+  @staticmethod
+  def _beta(config: tables_lib.TableConfig, train_step: Optional[tf.Variable]
+            ) -> Optional[Callable[[], Any]]:
+    """The importance-sampling beta of `config`, as the dataset reads it."""
+    if not config.prioritized:
+      return None
+    start = config.importance_beta
+    if config.importance_beta_final is None:
+      return lambda: start
+    if not isinstance(train_step, tf.Variable):
+      raise ValueError(
+          f'table {config.name!r} anneals importance_beta from {start} to '
+          f'{config.importance_beta_final} over '
+          f'{config.importance_beta_steps} train steps; pass the train step '
+          f'variable as get_dataset(train_step=...), got {train_step!r}.')
+    final, steps = config.importance_beta_final, config.importance_beta_steps
+    def beta():
+      progress = tf.minimum(1.0, tf.cast(train_step, tf.float64) / steps)
+      return start + (final - start) * progress
+    return beta
 
   def _table_config(self, table_name: Optional[str]) -> tables_lib.TableConfig:
     if table_name is None:
@@ -469,6 +547,168 @@ class ReplayBufferManager:
         return config
     raise ValueError(f'unknown table_name {table_name!r}; this buffer has '
                      f'tables {[c.name for c in self._table_configs]}.')
+
+  def check_prefill(self, steps: int) -> None:
+    """Checks that `steps` more env steps can be written with nothing sampling.
+
+    A `samples_per_insert` (or queue) rate limiter blocks inserts once the
+    table is ahead of the sampler by its error buffer, so a starter buffer
+    written before any learner runs would wait forever in plain Reverb. Call
+    this before such a prefill; it counts, per table, the most items
+    `steps` steps can make (sequence tables: one per stride; episode tables:
+    one per step at worst) and compares them with what the limiter still
+    allows with nothing sampling. Before the buffer is started it assumes an
+    empty buffer (check before `create_replay_buffer(overwrite=True)` so a
+    bad config never replaces data).
+
+    Args:
+      steps: env steps about to be written.
+
+    Raises:
+      PrefillWouldBlockError: naming each table that would block, how many
+        items it would take and how to fix the config.
+      ManagerStateError: if the manager is closed.
+    """
+    _positive('steps', steps, integer=True)
+    self._require_state(started=None)
+    counts = dict.fromkeys((c.name for c in self._table_configs),
+                           {'inserts': 0, 'samples': 0, 'items': 0})
+    if self._server is not None:
+      counts = self._table_stats()
+    problems = []
+    for config in self._table_configs:
+      count = counts[config.name]
+      items = (-(-steps // config.stride_length) if config.kind == 'sequence'
+               else steps)
+      allowed = config.inserts_before_blocking(
+          inserts=count['inserts'], samples=count['samples'],
+          size=count['items'])
+      if items <= allowed:
+        continue
+      if config.block_inserts_when_full:
+        fix = ('use block_inserts_when_full=False for a buffer filled before '
+               f'training, or max_size >= {count["items"] + items}')
+      else:
+        need = count['inserts'] + items
+        fix = (f'set min_size_to_sample >= {need} (a minimum size that covers '
+               'the prefill; the learner then starts sampling after the '
+               'prefill and the ratio holds from there), or fill the buffer '
+               'with samples_per_insert=None')
+      problems.append(
+          f'table {config.name!r}: up to {items} new items, but its '
+          f'{"queue" if config.block_inserts_when_full else "samples_per_insert"}'
+          f' rate limiter lets only {allowed:g} in while nothing samples; '
+          f'{fix}.')
+    if problems:
+      raise errors.PrefillWouldBlockError(
+          f'writing {steps} env steps with nothing sampling would block:\n  '
+          + '\n  '.join(problems))
+
+  # --------------------------------------------------------------- priorities
+
+  def update_priorities(self, keys: Any, priorities: Any, *,
+                        table_name: Optional[str] = None) -> None:
+    """Sets the priorities of sampled items (prioritized replay).
+
+    Works eagerly and inside a `tf.function`, e.g. a Learner's
+    `after_train_strategy_step_fn` (see `priority_update_fn`). Each new
+    priority is `|priority| + priority_epsilon` of the table, so TD errors can
+    be passed directly and no item's priority is zero; the table's largest
+    priority so far becomes the priority of new items (unless the table sets
+    `initial_priority`). Keys no longer in the table are ignored.
+
+    Args:
+      keys: uint64 item keys, `[batch]`, or `[batch, num_steps]` as in
+        `ReplayInfo.key` (the first column is used).
+      priorities: `[batch]` new priorities (e.g. absolute TD errors).
+      table_name: the table; default the first prioritized table.
+
+    Raises:
+      ValueError: if the table is unknown or not prioritized, or (eagerly)
+        if the shapes differ or a priority is not finite; in a `tf.function`
+        the shape and finiteness checks raise `InvalidArgumentError`.
+      ManagerStateError: if the manager is not started.
+    """
+    self._require_state(started=True)
+    config = self._prioritized_table(table_name)
+    keys = tf.convert_to_tensor(keys)
+    if keys.shape.rank == 2:
+      keys = keys[:, 0]
+    keys = tf.cast(keys, tf.uint64)
+    priorities = tf.cast(tf.convert_to_tensor(priorities), tf.float64)
+    if keys.shape.rank != 1 or priorities.shape.rank != 1:
+      raise ValueError(
+          f'update_priorities: keys must have shape [batch] or [batch, steps] '
+          f'and priorities [batch]; got keys {keys.shape}, priorities '
+          f'{priorities.shape} (table {config.name!r}).')
+    if tf.executing_eagerly():
+      values = priorities.numpy()
+      if len(values) != int(tf.size(keys)):
+        raise ValueError(
+            f'update_priorities: {int(tf.size(keys))} keys but {len(values)} '
+            f'priorities (table {config.name!r}).')
+      bad = np.flatnonzero(~np.isfinite(values))
+      if bad.size:
+        raise ValueError(
+            f'update_priorities: priorities[{bad[0]}] = {values[bad[0]]!r} is '
+            f'not finite ({bad.size} such values; table {config.name!r}); a '
+            'diverging loss gives NaN TD errors.')
+    checks = [
+        tf.debugging.assert_equal(
+            tf.size(keys), tf.size(priorities),
+            message=f'update_priorities: keys and priorities differ in length '
+            f'(table {config.name!r})'),
+        tf.debugging.assert_all_finite(
+            priorities, f'update_priorities: a priority is not finite (table '
+            f'{config.name!r})')]
+    with tf.control_dependencies(checks):
+      priorities = tf.abs(priorities) + config.priority_epsilon
+    largest = self._max_priority[config.name]
+    largest.assign(tf.maximum(largest, tf.reduce_max(
+        tf.concat([priorities, tf.zeros([1], tf.float64)], 0))))
+    self._tf_client.update_priorities(config.name, keys, priorities)
+
+  def priority_update_fn(self, *, table_name: Optional[str] = None,
+                         priorities_fn: Optional[Callable[[Any], Any]] = None
+                         ) -> Callable[[Any, Any], None]:
+    """Returns a Learner `after_train_strategy_step_fn` updating priorities.
+
+    Args:
+      table_name: the prioritized table; default the first one.
+      priorities_fn: maps the agent's `LossInfo` to `[batch]` priorities;
+        default `loss_info.extra.td_error` (DQN agents).
+
+    Returns:
+      `fn(experience_and_info, loss_info)` for
+      `tf_agents.train.Learner(after_train_strategy_step_fn=...)`.
+
+    Raises:
+      ValueError: if the table is unknown or not prioritized.
+    """
+    config = self._prioritized_table(table_name)
+    priorities_fn = priorities_fn or (lambda loss: loss.extra.td_error)
+    def update(experience_and_info, loss_info):
+      _, info = experience_and_info
+      self.update_priorities(info.key, priorities_fn(loss_info),
+                             table_name=config.name)
+    return update
+
+  def _prioritized_table(self, table_name: Optional[str]
+                         ) -> tables_lib.TableConfig:
+    if table_name is None:
+      found = [c for c in self._table_configs if c.prioritized]
+      if not found:
+        raise ValueError(
+            'this buffer has no prioritized table (tables '
+            f'{[(c.name, c.sampler) for c in self._table_configs]}); add a '
+            "TableConfig(sampler='prioritized').")
+      return found[0]
+    config = self._table_config(table_name)
+    if not config.prioritized:
+      raise ValueError(f'table {config.name!r} samples {config.sampler!r}, '
+                       "not 'prioritized': priorities would not change what "
+                       'is sampled.')
+    return config
 
   # ------------------------------------------------------------ checkpointing
 
@@ -523,6 +763,9 @@ class ReplayBufferManager:
             f'Reverb failed to write a checkpoint to {self._store.reverb_root}:'
             f' {e}') from e
       table_stats = self._table_stats()
+      for name, variable in self._max_priority.items():
+        table_stats[name]['max_priority'] = float(variable.numpy())
+        before[name]['max_priority'] = table_stats[name]['max_priority']
       if table_stats != before:
         # Another client wrote or sampled meanwhile: count what was saved.
         stored = checkpoint_files.count_items(reverb_path)
@@ -577,8 +820,8 @@ class ReplayBufferManager:
     self._require_state(started=True)
     return self._sizes()[self._table_configs[0].name]
 
-  def _table_stats(self) -> Dict[str, Dict[str, int]]:
-    info = server_lib.server_info(self._client, self._connect_timeout_s)
+  def _table_stats(self, info=None) -> Dict[str, Dict[str, int]]:
+    info = info or server_lib.server_info(self._client, self._connect_timeout_s)
     tables = {}
     for config in self._table_configs:
       t = info[config.name]
@@ -592,29 +835,104 @@ class ReplayBufferManager:
       }
     return tables
 
-  def stats(self) -> Dict[str, Any]:
-    """Returns what the buffer holds and has done.
+  def stats(self, *, times_sampled: bool = False) -> Dict[str, Any]:
+    """Returns what the buffer holds and has done, per table and in total.
+
+    Args:
+      times_sampled: also list how many times each item was sampled. This
+        takes an exact snapshot of the tables (Reverb writes them to disk, as
+        for a checkpoint, in `checkpoint_dir/.reverb/`, deleted afterwards),
+        so it costs about as much as `checkpoint()`.
 
     Returns:
-      `{'tables': {name: {'items', 'max_size', 'inserts', 'samples',
-      'episodes', 'unique_samples'}}, 'env_steps': n, 'episodes': n,
-      'short_episodes': n, 'short_episode_steps': n}`, where `env_steps` /
-      `episodes` count the steps and episodes written through this buffer's
-      observers (carried over from the loaded checkpoint), and
-      `short_episodes` counts episodes, in this session, shorter than
-      `sequence_length` (they make no item; their steps are in
-      `short_episode_steps`).
+      A dict::
+
+        {'tables': {name: {
+             'kind', 'items', 'max_size', 'inserts', 'samples', 'episodes',
+             'unique_samples',
+             'mean_times_sampled',   # samples / inserts
+             'rate_limiter': {'type', 'can_insert', 'can_sample',
+                              'inserts_before_blocking',
+                              'insert_blocked_for_s', 'sample_blocked_for_s',
+                              'insert_wait_total_s', 'sample_wait_total_s'},
+             'max_priority',         # prioritized tables
+             'long_episodes', 'dropped_episodes',  # episode tables
+             'times_sampled',        # {key: n}, if asked
+             'times_sampled_histogram'}},  # {n: items}, if asked
+         'env_steps', 'episodes', 'short_episodes', 'short_episode_steps'}
+
+      `inserts`/`samples` are the rate limiter's counters (Reverb counts
+      samples prefetched by a dataset); `episodes` per table is Reverb's
+      count, which includes the episode in progress. `*_blocked_for_s` is
+      how long inserting / sampling has been blocked, measured from the first
+      `stats()` call that saw it blocked (0 when not blocked);
+      `*_wait_total_s` is Reverb's total. `env_steps` / `episodes` count the
+      steps and finished episodes written through this buffer's observers
+      (carried over from the loaded checkpoint); `short_episodes` counts
+      episodes of this session shorter than the shortest sequence item
+      (their steps are in `short_episode_steps`).
 
     Raises:
       ManagerStateError: if the manager is not started.
       WaitTimeoutError: if the server does not answer in time.
     """
     self._require_state(started=True)
-    return {'tables': self._table_stats(), 'env_steps': self._env_steps(),
+    info = server_lib.server_info(self._client, self._connect_timeout_s)
+    tables = self._table_stats(info)
+    now = time.monotonic()
+    for config in self._table_configs:
+      stats = tables[config.name]
+      stats['kind'] = config.kind
+      stats['mean_times_sampled'] = (stats['samples'] / stats['inserts']
+                                     if stats['inserts'] else 0.0)
+      limiter = tables_lib.limiter_state(config, info[config.name])
+      for action in ('insert', 'sample'):
+        since_key = (config.name, action)
+        if limiter[f'can_{action}']:
+          self._blocked_since.pop(since_key, None)
+        else:
+          self._blocked_since.setdefault(since_key, now)
+        limiter[f'{action}_blocked_for_s'] = now - self._blocked_since.get(
+            since_key, now)
+      stats['rate_limiter'] = limiter
+      if config.prioritized:
+        stats['max_priority'] = self._new_item_priority(config.name)
+      if config.kind == 'episode':
+        stats['long_episodes'] = sum(o.num_long_episodes[config.name]
+                                     for o in self._observers)
+        stats['dropped_episodes'] = sum(o.num_dropped_episodes[config.name]
+                                        for o in self._observers)
+    if times_sampled:
+      counts = {name: {} for name in tables}
+      for item in self._snapshot_items():
+        counts[item.table][item.key] = item.times_sampled
+      for name, per_item in counts.items():
+        tables[name]['times_sampled'] = per_item
+        tables[name]['times_sampled_histogram'] = dict(sorted(
+            collections.Counter(per_item.values()).items()))
+    return {'tables': tables, 'env_steps': self._env_steps(),
             'episodes': self._episodes(),
             'short_episodes': sum(o.num_short_episodes for o in self._observers),
             'short_episode_steps': sum(o.num_short_episode_steps
                                        for o in self._observers)}
+
+  def _snapshot_items(self):
+    """Reads every item's key and sample count from a throwaway checkpoint."""
+    with self._lock:
+      self._wait_for_pending_save()
+      save = self._save_pool.submit(self._client.checkpoint)
+      try:
+        path = save.result(timeout=self._checkpoint_timeout_s)
+      except concurrent.futures.TimeoutError as e:
+        self._pending_save = save
+        raise errors.WaitTimeoutError(
+            f'Reverb did not finish a snapshot of the tables in '
+            f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
+            's.') from e
+      try:
+        return checkpoint_files.read_items(path)
+      finally:
+        shutil.rmtree(path, ignore_errors=True)
 
   # ---------------------------------------------------------------- lifecycle
 
@@ -737,7 +1055,8 @@ class ReplayBufferManager:
     self._server = self._client = self._replay_buffer = None
     self._observers = []
 
-  def _require_state(self, *, started: bool) -> None:
+  def _require_state(self, *, started: Optional[bool]) -> None:
+    """Raises unless open and (if `started` is not None) started or not."""
     if self._closed:
       raise errors.ManagerStateError(
           f'this ReplayBufferManager ({self._store.root}) is closed; create a '
@@ -746,7 +1065,7 @@ class ReplayBufferManager:
       raise errors.ManagerStateError(
           'the buffer is not started; call create_replay_buffer() or '
           'load_replay_buffer() first.')
-    if not started and self._server is not None:
+    if started is False and self._server is not None:
       raise errors.ManagerStateError(
           f'the buffer is already started (server at {self.server_address}).')
 

@@ -144,7 +144,11 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
   for field in CONFIG_FIELDS:
     if stored.get(field) != requested.get(field):
       diffs.append((field, stored.get(field), requested.get(field)))
-  diffs += tables_lib.diff_table_configs(stored['tables'], requested['tables'])
+  stored_tables = [tables_lib.normalize_stored(
+      t, capacity=stored.get('capacity'),
+      sequence_length=stored.get('sequence_length'),
+      stride_length=stored.get('stride_length')) for t in stored['tables']]
+  diffs += tables_lib.diff_table_configs(stored_tables, requested['tables'])
   return diffs
 
 

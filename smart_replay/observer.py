@@ -1,14 +1,22 @@
 """A validating trajectory observer for `tf_agents.train.Actor`.
 
 Unlike the stock TF-Agents Reverb observers (which switch Reverb's write
-validation off), this observer checks every step against the data spec before
-anything reaches the writer, so a wrong dtype or shape is rejected with the
-field's path instead of poisoning the table until sampling fails. Every wait on
-the server (episode end, flush, close) has a timeout.
+validation off, write one table, and cannot take a batch dimension), this
+observer
+
+* checks every step against the data spec before anything reaches a writer,
+  so a wrong dtype or shape is rejected with the field's path instead of
+  poisoning the tables until sampling fails;
+* writes each step once and makes the items of every table from it: sequence
+  items of each table's length and stride, and whole-episode items;
+* takes steps of one environment, or of `num_envs` environments batched on
+  the outer dimension (`BatchedPyEnvironment`, `ParallelPyEnvironment`), and
+  then keeps one stream, with its own episode boundaries, per environment;
+* bounds every wait on the server (episode end, flush, close) by a timeout.
 """
 
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import reverb
@@ -16,32 +24,55 @@ import tree
 
 from smart_replay import errors
 from smart_replay import specs
+from smart_replay import tables as tables_lib
 
 
 def _as_array(value):
   return value.numpy() if hasattr(value, 'numpy') else np.asarray(value)
 
 
-class TrajectoryObserver:
-  """Writes single-environment trajectories as fixed-length Reverb items.
+class _Stream:
+  """One environment's writer and the per-table progress of its episode."""
 
-  An item of `sequence_length` consecutive steps is created every
-  `stride_length` steps once enough steps of the current episode are cached;
-  the boundary step (LAST -> FIRST) closes an episode and is the last step of
-  the items that end there, so items never straddle two episodes. A FIRST step
-  arriving mid-episode (the environment was reset, e.g. by a new `Actor`) also
-  starts a new episode. Episodes shorter than `sequence_length` produce no
-  item.
+  def __init__(self, writer, table_names):
+    self.writer = writer
+    self.episode_steps = 0  # Steps of the current episode in the writer.
+    self.run_steps = 0  # Steps since the writer's history was last cleared.
+    self.total_steps = 0  # Steps written by this stream (stride alignment).
+    # Episode tables: steps of the current piece, and whether the rest of the
+    # episode is skipped ('truncate' after the first piece, 'drop' once too
+    # long).
+    self.piece_steps = dict.fromkeys(table_names, 0)
+    self.skipping = dict.fromkeys(table_names, False)
+
+
+class TrajectoryObserver:
+  """Writes trajectories as the items of every configured table.
+
+  Sequence tables get an item of `sequence_length` consecutive steps every
+  `stride_length` steps; unless the table sets `cross_episodes`, items never
+  straddle two episodes: the boundary step (LAST -> FIRST) closes an episode
+  and is the last step of the items ending there, and a FIRST step arriving
+  mid-episode (the environment was reset, e.g. by a new `Actor`) also starts a
+  new episode. Episodes shorter than a sequence table's length give it no
+  item (counted in `num_short_episodes`). Episode tables get one item per
+  episode (see `TableConfig` for episodes longer than `episode_length`).
 
   Use it as an `Actor` observer: a callable with `flush()` and `close()`.
 
   Args:
     client: a `reverb.Client` of the server holding the tables.
-    table_names: tables every item is written to.
+    tables: the resolved configs of the tables to write (see
+      `TableConfig.resolve`).
     data_spec: the spec of one step (e.g. `agent.collect_data_spec`).
-    sequence_length: steps per item, >= 1.
-    stride_length: steps between consecutive item starts, >= 1.
-    priority: initial priority of new items.
+    num_envs: None for unbatched steps; otherwise every call takes a batch of
+      this many environments' steps (outer dimension), written as
+      `num_envs` independent streams.
+    priority: initial priority of every new item; None uses each table's
+      `initial_priority`, or `priority_fn` for tables without one.
+    priority_fn: `fn(table_name) -> float` giving the priority of a new item
+      when neither `priority` nor the table's `initial_priority` is set (the
+      manager passes the table's current maximum priority); default 1.0.
     timeout_s: how long episode ends, flushes and closes may wait for the
       server to accept pending items (> 0).
     lock: a re-entrant lock held while a step is written; the manager shares
@@ -51,46 +82,74 @@ class TrajectoryObserver:
     ValueError: on a bad argument; the message names it and its value.
   """
 
-  def __init__(self, client: reverb.Client, *, table_names: Sequence[str],
-               data_spec: Any, sequence_length: int, stride_length: int = 1,
-               priority: float = 1.0, timeout_s: float = 60.0,
+  def __init__(self, client: reverb.Client, *,
+               tables: Sequence[tables_lib.TableConfig], data_spec: Any,
+               num_envs: Optional[int] = None, priority: Optional[float] = None,
+               priority_fn: Optional[Callable[[str], float]] = None,
+               timeout_s: float = 60.0,
                lock: Optional[threading.RLock] = None):
-    if not table_names:
-      raise ValueError(f'table_names must name at least one table, got '
-                       f'{table_names!r}.')
-    if not isinstance(sequence_length, int) or sequence_length < 1:
-      raise ValueError(f'sequence_length must be an integer >= 1, got '
-                       f'{sequence_length!r}.')
-    if not isinstance(stride_length, int) or stride_length < 1:
-      raise ValueError(f'stride_length must be an integer >= 1, got '
-                       f'{stride_length!r}.')
+    if not tables:
+      raise ValueError(f'tables must hold at least one TableConfig, got '
+                       f'{tables!r}.')
+    for config in tables:
+      if not isinstance(config, tables_lib.TableConfig) or (
+          config.item_length is None):
+        raise ValueError(f'tables entries must be resolved TableConfigs '
+                         f'(TableConfig.resolve), got {config!r}.')
+    if num_envs is not None and (isinstance(num_envs, bool) or
+                                 not isinstance(num_envs, int) or num_envs < 1):
+      raise ValueError(f'num_envs must be None (unbatched) or an integer >= 1, '
+                       f'got {num_envs!r}.')
+    if priority is not None and (not isinstance(priority, (int, float)) or
+                                 priority < 0):
+      raise ValueError(f'priority must be None or a number >= 0, got '
+                       f'{priority!r}.')
     if timeout_s is None or timeout_s <= 0:
       raise ValueError(f'timeout_s must be > 0 seconds, got {timeout_s!r}.')
     specs.validate_trajectory_spec(data_spec)
     self._client = client
     self._lock = lock or threading.RLock()
-    self._table_names = list(table_names)
+    self._tables = list(tables)
+    self._sequence_tables = [t for t in self._tables if t.kind == 'sequence']
+    self._episode_tables = [t for t in self._tables if t.kind == 'episode']
+    self._clear_at_episode_end = not any(t.cross_episodes for t in self._tables)
     self._data_spec = data_spec
     self._leaves = specs.flatten_spec(data_spec)
     self._dtypes = [np.dtype(leaf.dtype) for leaf in self._leaves]
-    self._sequence_length = sequence_length
-    self._stride_length = stride_length
-    self._priority = float(priority)
+    self._num_envs = num_envs
+    self._priority = None if priority is None else float(priority)
+    self._priority_fn = priority_fn
     self._timeout_ms = int(timeout_s * 1000)
-    self._writer = client.trajectory_writer(
-        num_keep_alive_refs=sequence_length, validate_items=True)
-    self._cached_steps = 0
+    self._keep_alive = max(t.item_length for t in self._tables)
+    self._streams = [
+        _Stream(client.trajectory_writer(num_keep_alive_refs=self._keep_alive,
+                                         validate_items=True),
+                [t.name for t in self._episode_tables])
+        for _ in range(num_envs or 1)]
+    self._closed = False
     self.num_steps = 0
     self.num_episodes = 0
     self.num_items = 0
-    # Episodes (or fragments cut by a reset) too short to make one item.
+    self.items_per_table = {t.name: 0 for t in self._tables}
+    # Episodes (or fragments cut by a reset) too short for the shortest
+    # sequence table's item.
     self.num_short_episodes = 0
     self.num_short_episode_steps = 0
+    # Episodes longer than an episode table's episode_length, per table.
+    self.num_long_episodes = {t.name: 0 for t in self._episode_tables}
+    self.num_dropped_episodes = {t.name: 0 for t in self._episode_tables}
 
   @property
-  def table_names(self):
+  def table_names(self) -> List[str]:
     """The tables this observer writes to."""
-    return list(self._table_names)
+    return [t.name for t in self._tables]
+
+  @property
+  def num_envs(self) -> Optional[int]:
+    """Environments per call (None: unbatched)."""
+    return self._num_envs
+
+  # -------------------------------------------------------------- validation
 
   def _validate(self, trajectory: Any) -> None:
     """Raises TrajectorySpecError unless `trajectory` matches the data spec."""
@@ -105,28 +164,37 @@ class TrajectoryObserver:
           f'{sorted(expected - received)}, unexpected fields '
           f'{sorted(received - expected)}. Nothing from this step was '
           f'written. ({e})') from None
+    outer = [] if self._num_envs is None else [self._num_envs]
     for leaf, dtype, value in zip(self._leaves, self._dtypes,
                                   tree.flatten(trajectory)):
       array = _as_array(value)
-      shape_ok = len(array.shape) == len(leaf.shape) and all(
-          want is None or want == got for want, got in zip(leaf.shape,
-                                                           array.shape))
+      want = outer + list(leaf.shape)
+      shape_ok = len(array.shape) == len(want) and all(
+          w is None or w == g for w, g in zip(want, array.shape))
       if array.dtype != dtype or not shape_ok:
         hint = ''
-        if array.shape[1:] == tuple(leaf.shape) and array.ndim:
-          hint = (f' It looks batched (outer dimension {array.shape[0]}); this '
-                  'observer takes one unbatched step per call.')
+        if self._num_envs is None and array.ndim and (
+            array.shape[1:] == tuple(leaf.shape)):
+          hint = (f' It looks batched (outer dimension {array.shape[0]}); '
+                  f'make the observer with num_envs={array.shape[0]}.')
+        elif self._num_envs is not None and tuple(array.shape) == tuple(
+            leaf.shape):
+          hint = (f' It looks unbatched; this observer takes batches of '
+                  f'num_envs={self._num_envs} steps.')
         raise errors.TrajectorySpecError(
             f'trajectory field {leaf.path!r}: expected dtype {leaf.dtype} '
-            f'shape {tuple(leaf.shape)}, received dtype {array.dtype} shape '
+            f'shape {tuple(want)}, received dtype {array.dtype} shape '
             f'{tuple(array.shape)}. Nothing from this step was written; the '
             f'data already in the buffer is unchanged.{hint}')
 
+  # ------------------------------------------------------------------ writing
+
   def __call__(self, trajectory: Any) -> None:
-    """Validates and appends one step; creates items when a window is full.
+    """Validates and appends one step (per environment); creates items.
 
     Args:
-      trajectory: one unbatched `Trajectory` matching the data spec.
+      trajectory: one `Trajectory` matching the data spec: unbatched, or with
+        an outer dimension of `num_envs`.
 
     Raises:
       TrajectorySpecError: if a field's structure, dtype or shape is wrong
@@ -137,44 +205,105 @@ class TrajectoryObserver:
     """
     self._validate(trajectory)
     with self._lock:
-      if self._writer is None:
+      if self._closed:
         raise errors.ManagerStateError(
             'this observer is closed; get a new one from the manager.')
-      if self._cached_steps and bool(np.asarray(trajectory.is_first())):
-        self.end_episode()  # Reset mid-episode: never join the two.
-      self._writer.append(trajectory)
-      self._cached_steps += 1
-      self.num_steps += 1
-      excess = self._cached_steps - self._sequence_length
-      if excess >= 0 and excess % self._stride_length == 0:
-        window = tree.map_structure(
-            lambda column: column[-self._sequence_length:],
-            self._writer.history)
-        for table in self._table_names:
-          self._writer.create_item(table, self._priority, window)
-          self.num_items += 1
-      if bool(np.asarray(trajectory.is_boundary())):
-        self.num_episodes += 1
-        self.end_episode()
+      if self._num_envs is None:
+        self._write(self._streams[0], trajectory)
+        return
+      arrays = tree.map_structure(_as_array, trajectory)
+      for index, stream in enumerate(self._streams):
+        self._write(stream, tree.map_structure(lambda a: a[index], arrays))
+
+  def _priority_of(self, config: tables_lib.TableConfig) -> float:
+    if self._priority is not None:
+      return self._priority
+    if config.initial_priority is not None:
+      return float(config.initial_priority)
+    return float(self._priority_fn(config.name)) if self._priority_fn else 1.0
+
+  def _create_item(self, stream: _Stream, config: tables_lib.TableConfig,
+                   length: int) -> None:
+    window = tree.map_structure(lambda column: column[-length:],
+                                stream.writer.history)
+    stream.writer.create_item(config.name, self._priority_of(config), window)
+    self.num_items += 1
+    self.items_per_table[config.name] += 1
+
+  def _write(self, stream: _Stream, step: Any) -> None:
+    if stream.episode_steps and bool(np.asarray(step.is_first())):
+      self._end_episode(stream)  # Reset mid-episode: never join the two.
+    stream.writer.append(step)
+    stream.episode_steps += 1
+    stream.run_steps = min(stream.run_steps + 1, self._keep_alive)
+    stream.total_steps += 1
+    self.num_steps += 1
+    for config in self._sequence_tables:
+      if config.cross_episodes:
+        available, position = stream.run_steps, stream.total_steps
+      else:
+        available = position = stream.episode_steps
+      if (available >= config.sequence_length and
+          (position - config.sequence_length) % config.stride_length == 0):
+        self._create_item(stream, config, config.sequence_length)
+    for config in self._episode_tables:
+      if stream.skipping[config.name]:
+        continue
+      stream.piece_steps[config.name] += 1
+      if stream.piece_steps[config.name] < config.episode_length:
+        continue
+      if config.long_episodes == 'drop':
+        if stream.piece_steps[config.name] > config.episode_length:
+          stream.skipping[config.name] = True  # Too long: no item at all.
+        continue
+      self._create_item(stream, config, config.episode_length)
+      stream.piece_steps[config.name] = 0
+      stream.skipping[config.name] = config.long_episodes == 'truncate'
+    if bool(np.asarray(step.is_boundary())):
+      self.num_episodes += 1
+      self._end_episode(stream)
+
+  def _end_episode(self, stream: _Stream) -> None:
+    """Writes the episode tables' last items and closes the episode."""
+    steps = stream.episode_steps
+    for config in self._episode_tables:
+      piece = stream.piece_steps[config.name]
+      if steps > config.episode_length:
+        self.num_long_episodes[config.name] += 1
+      if config.long_episodes == 'drop' and stream.skipping[config.name]:
+        self.num_dropped_episodes[config.name] += 1
+      elif piece and not stream.skipping[config.name]:
+        self._create_item(stream, config, piece)
+      stream.piece_steps[config.name] = 0
+      stream.skipping[config.name] = False
+    shortest = min((t.sequence_length for t in self._sequence_tables),
+                   default=None)
+    if shortest is not None and 0 < steps < shortest:
+      self.num_short_episodes += 1
+      self.num_short_episode_steps += steps
+    stream.episode_steps = 0
+    if self._clear_at_episode_end:
+      stream.run_steps = 0
+    self._wait('the end of an episode', lambda: stream.writer.end_episode(
+        clear_buffers=self._clear_at_episode_end, timeout_ms=self._timeout_ms))
 
   def end_episode(self) -> None:
-    """Sends the pending items and starts a new episode.
+    """Closes the current episode of every stream and sends pending items.
 
-    Cached steps are dropped, so later items never include steps from before
-    this call. Called automatically at every episode boundary.
+    Episode tables get the episode's items; sequence tables drop the cached
+    steps, so later items never include steps from before this call (unless
+    a table crosses episodes). Called automatically at every episode
+    boundary.
 
     Raises:
       WaitTimeoutError: if the server does not accept the items in time.
     """
     with self._lock:
-      if self._writer is None:
+      if self._closed:
         return
-      if 0 < self._cached_steps < self._sequence_length:
-        self.num_short_episodes += 1
-        self.num_short_episode_steps += self._cached_steps
-      self._cached_steps = 0
-      self._wait('the end of an episode', lambda: self._writer.end_episode(
-          clear_buffers=True, timeout_ms=self._timeout_ms))
+      for stream in self._streams:
+        if stream.episode_steps:
+          self._end_episode(stream)
 
   def _wait(self, what: str, call) -> None:
     try:
@@ -183,9 +312,11 @@ class TrajectoryObserver:
       raise errors.WaitTimeoutError(
           f'Timed out after {self._timeout_ms / 1000:g} s at {what}, waiting '
           f'for the Reverb server at {self._client.server_address} to accept '
-          f'pending items for tables {self._table_names}. A rate limiter is '
-          'probably blocking inserts (e.g. samples_per_insert with nothing '
-          'sampling). The steps already confirmed are stored.') from e
+          f'pending items for tables {self.table_names}. A rate limiter is '
+          'probably blocking inserts (samples_per_insert or '
+          'block_inserts_when_full with nothing sampling; see stats()'
+          "['tables'][name]['rate_limiter']). The steps already confirmed are "
+          'stored.') from e
 
   def flush(self) -> None:
     """Blocks until every created item is stored on the server.
@@ -194,24 +325,38 @@ class TrajectoryObserver:
       WaitTimeoutError: if that takes longer than `timeout_s`.
     """
     with self._lock:
-      if self._writer is not None:
-        self._wait('flush', lambda: self._writer.flush(
+      if self._closed:
+        return
+      for stream in self._streams:
+        self._wait('flush', lambda: stream.writer.flush(  # pylint: disable=cell-var-from-loop
             timeout_ms=self._timeout_ms))
 
   def close(self) -> None:
-    """Flushes and closes the writer; safe to call more than once.
+    """Flushes and closes the writers; safe to call more than once.
 
-    Steps of an unfinished episode that do not yet form an item are dropped.
+    Steps of an unfinished episode that do not yet form an item are dropped
+    (episode tables get no item for an unfinished episode).
 
     Raises:
-      WaitTimeoutError: if the flush times out (the writer is closed anyway).
+      WaitTimeoutError: if the flush times out (the writers are closed
+        anyway).
     """
     with self._lock:
-      if self._writer is None:
+      if self._closed:
         return
       try:
         self.flush()
       finally:
-        self._writer.close()
-        self._writer = None
-        self._cached_steps = 0
+        self._closed = True
+        for stream in self._streams:
+          stream.writer.close()
+          stream.episode_steps = stream.run_steps = stream.total_steps = 0
+
+  def counters(self) -> Dict[str, Any]:
+    """Returns this observer's counts of steps, episodes and items."""
+    return {'steps': self.num_steps, 'episodes': self.num_episodes,
+            'items': dict(self.items_per_table),
+            'short_episodes': self.num_short_episodes,
+            'short_episode_steps': self.num_short_episode_steps,
+            'long_episodes': dict(self.num_long_episodes),
+            'dropped_episodes': dict(self.num_dropped_episodes)}

@@ -289,6 +289,8 @@ def populate_starter_buffer(
       `resume` is set.
     ManifestMismatchError: if `resume` finds a buffer made with another spec,
       capacity or sequence length.
+    PrefillWouldBlockError: if a table's rate limiter would block the writes
+      (nothing samples while populating); the message says how to fix it.
   """
   validate_buffer_name(buffer_name)
   for name, value in (('capacity', capacity), ('steps_per_run', steps_per_run),
@@ -381,6 +383,8 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
             + manifest_lib.format_differences(mismatched, 'buffer', 'now')
             + '\nResume with the same env and policy, or pass --overwrite.')
       state.update(stored, total_steps=total)
+      if total > state['steps']:
+        manager.check_prefill(total - state['steps'])
       sessions = _read_sessions(buffer_dir)
       seed_now = derived_seed(seed, len(sessions))
       # A new session must not replay the first one's random stream.
@@ -391,6 +395,8 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
                    buffer_dir, state['steps'], total, len(sessions), seed_now)
     else:
       seed_now = seed
+      # Checked before anything is created or replaced.
+      manager.check_prefill(total)
       _, observer = manager.create_replay_buffer(overwrite=overwrite)
 
     if total - state['steps'] > capacity - manager.num_frames():

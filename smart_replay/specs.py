@@ -117,7 +117,7 @@ def flatten_spec(data_spec: Any) -> List[SpecLeaf]:
   return leaves
 
 
-def table_signature(data_spec: Any, sequence_length: int) -> Any:
+def table_signature(data_spec: Any, sequence_length: Optional[int]) -> Any:
   """Builds the Reverb table signature for items of `sequence_length` steps.
 
   Bounded specs become plain `tf.TensorSpec` (Reverb signatures carry dtype and
@@ -125,7 +125,8 @@ def table_signature(data_spec: Any, sequence_length: int) -> Any:
 
   Args:
     data_spec: a nest of `tf.TensorSpec`, e.g. `agent.collect_data_spec`.
-    sequence_length: number of steps per item, >= 1.
+    sequence_length: number of steps per item, >= 1; None for items of any
+      length (episode tables).
 
   Returns:
     The same nest of `tf.TensorSpec` with shape `[sequence_length, *shape]`.
@@ -133,9 +134,10 @@ def table_signature(data_spec: Any, sequence_length: int) -> Any:
   Raises:
     ValueError: if `sequence_length` < 1 or the spec is invalid.
   """
-  if not isinstance(sequence_length, int) or sequence_length < 1:
-    raise ValueError(
-        f'sequence_length must be an integer >= 1, got {sequence_length!r}.')
+  if sequence_length is not None and (not isinstance(sequence_length, int) or
+                                      sequence_length < 1):
+    raise ValueError(f'sequence_length must be an integer >= 1 or None, got '
+                     f'{sequence_length!r}.')
   validate_data_spec(data_spec)
   return tree.map_structure_with_path(
       lambda path, s: tf.TensorSpec([sequence_length] + s.shape.as_list(),

@@ -189,7 +189,8 @@ def test_load_with_other_spec_and_sequence_length_lists_each(
   with pytest.raises(smart_replay.ManifestMismatchError) as raised:
     make_manager(data_spec=other, sequence_length=3).load_replay_buffer()
   fields = [d[0] for d in raised.value.differences]
-  assert fields == ['data_spec/reward', 'sequence_length']
+  assert fields == ['data_spec/reward', 'sequence_length',
+                    'tables/experience/sequence_length']
   assert "data_spec/reward: checkpoint='float32[]', requested='float64[]'" in str(
       raised.value)
 
@@ -364,8 +365,10 @@ def test_counts_are_exact_while_others_write_and_consume(make_manager,
 
   def produce():  # An actor with its own client (as a remote one would be).
     remote = observer_lib.TrajectoryObserver(
-        reverb.Client(manager.server_address), table_names=['experience'],
-        data_spec=data_spec, sequence_length=2)
+        reverb.Client(manager.server_address),
+        tables=[tables.TableConfig().resolve(capacity=100, sequence_length=2,
+                                             stride_length=1)],
+        data_spec=data_spec)
     seed = 10
     while not stop.is_set():
       conftest.run_actor(remote, 100, seed=seed)

@@ -19,7 +19,7 @@ def test_table_signature_adds_time_dim_and_keeps_nesting(data_spec):
   assert type(signature).__name__ == 'Trajectory'
 
 
-@pytest.mark.parametrize('bad', [0, -1, 1.5, None])
+@pytest.mark.parametrize('bad', [0, -1, 1.5, '2'])
 def test_table_signature_rejects_bad_sequence_length(data_spec, bad):
   with pytest.raises(ValueError, match='sequence_length'):
     specs.table_signature(data_spec, bad)
