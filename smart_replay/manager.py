@@ -11,6 +11,7 @@ Reverb's pruning delete a checkpoint it should keep.
 import collections
 import concurrent.futures
 import json
+import math
 import os
 import shutil
 import threading
@@ -535,7 +536,8 @@ class ReplayBufferManager:
           f'variable as get_dataset(train_step=...), got {train_step!r}.')
     final, steps = config.importance_beta_final, config.importance_beta_steps
     def beta():
-      progress = tf.minimum(1.0, tf.cast(train_step, tf.float64) / steps)
+      progress = tf.minimum(tf.constant(1.0, tf.float64),
+                            tf.cast(train_step, tf.float64) / steps)
       return start + (final - start) * progress
     return beta
 
@@ -589,11 +591,16 @@ class ReplayBufferManager:
         fix = ('use block_inserts_when_full=False for a buffer filled before '
                f'training, or max_size >= {count["items"] + items}')
       else:
-        need = count['inserts'] + items
-        fix = (f'set min_size_to_sample >= {need} (a minimum size that covers '
-               'the prefill; the learner then starts sampling after the '
-               'prefill and the ratio holds from there), or fill the buffer '
-               'with samples_per_insert=None')
+        # Inserts go through while inserts <= min_size + error_buffer / spi.
+        total = count['inserts'] + items
+        slack = config.error_buffer / config.samples_per_insert
+        min_size = math.ceil(total - slack)
+        fix = (f'set min_size_to_sample >= {min_size} (a minimum size that '
+               'covers the prefill: the learner starts sampling once the table '
+               'holds that many items, and the ratio holds from there; keep '
+               'it at most the items the prefill really makes), or '
+               f'error_buffer >= {config.samples_per_insert * (total - config.min_size_to_sample):g}, '
+               'or fill the buffer with samples_per_insert=None')
       problems.append(
           f'table {config.name!r}: up to {items} new items, but its '
           f'{"queue" if config.block_inserts_when_full else "samples_per_insert"}'
@@ -679,16 +686,19 @@ class ReplayBufferManager:
         default `loss_info.extra.td_error` (DQN agents).
 
     Returns:
-      `fn(experience_and_info, loss_info)` for
-      `tf_agents.train.Learner(after_train_strategy_step_fn=...)`.
+      `fn(experience, loss_info)`, where `experience` is the
+      `(experience, ReplayInfo)` pair the Learner sampled, for
+      `tf_agents.train.Learner(after_train_strategy_step_fn=...)` (with or
+      without `use_kwargs_in_agent_train`).
 
     Raises:
       ValueError: if the table is unknown or not prioritized.
     """
     config = self._prioritized_table(table_name)
     priorities_fn = priorities_fn or (lambda loss: loss.extra.td_error)
-    def update(experience_and_info, loss_info):
-      _, info = experience_and_info
+    # Named as the Learner passes them with use_kwargs_in_agent_train=True.
+    def update(experience, loss_info):
+      _, info = experience  # (experience, ReplayInfo)
       self.update_priorities(info.key, priorities_fn(loss_info),
                              table_name=config.name)
     return update

@@ -149,3 +149,61 @@ def dir_digest(path):
       with open(full, 'rb') as f:
         out[os.path.relpath(full, path)] = f.read()
   return out
+
+
+def expected_episode_items(steps, episode_length, long_episodes='split'):
+  """Items a correct episode table holds: each episode's steps (see TableConfig).
+
+  The last, unfinished episode counts too (the test ended it explicitly).
+
+  Returns:
+    A list of stacked items of 1..episode_length steps (unpadded).
+  """
+  episodes, episode = [], []
+  for step in steps:
+    if step.is_first() and episode:
+      episodes.append(episode)
+      episode = []
+    episode.append(step)
+    if step.is_boundary():
+      episodes.append(episode)
+      episode = []
+  if episode:
+    episodes.append(episode)
+  pieces = []
+  for episode in episodes:
+    if len(episode) <= episode_length:
+      pieces.append(episode)
+    elif long_episodes == 'split':
+      pieces += [episode[i:i + episode_length]
+                 for i in range(0, len(episode), episode_length)]
+    elif long_episodes == 'truncate':
+      pieces.append(episode[:episode_length])
+  return [tree.map_structure(lambda *xs: np.stack(xs), *piece)
+          for piece in pieces]
+
+
+def read_all_items(manager, table_name, batch_size=16, timeout_s=2.0):
+  """Every item of `table_name`, read once with unpadded content.
+
+  Samples a FIFO `max_times_sampled=1` table until it times out.
+
+  Returns:
+    `(items, infos)`: fingerprints of each item's unmasked steps in sampling
+    order, and per item `(key, mask)`.
+  """
+  items, infos = [], []
+  iterator = iter(manager.get_dataset(batch_size=batch_size,
+                                      table_name=table_name,
+                                      sample_timeout_s=timeout_s))
+  while True:
+    try:
+      trajectory, info = next(iterator)
+    except Exception:  # pylint: disable=broad-except
+      return items, infos  # The timeout: the table is empty.
+    mask = info.mask.numpy()
+    for b in range(mask.shape[0]):
+      length = int(mask[b].sum())
+      items.append(item_fingerprint(tree.map_structure(
+          lambda t: t[b, :length].numpy(), trajectory)))  # pylint: disable=cell-var-from-loop
+      infos.append((int(info.key[b, 0]), mask[b]))

@@ -151,3 +151,133 @@ def test_close_is_idempotent(make_manager):
   observer.close()
   observer.close()
   assert manager.num_frames() > 0
+
+
+# -- several tables, episodes, batched environments ---------------------------
+
+def _queue(name, **kwargs):
+  """A FIFO table read exactly once, so a test can read back every item."""
+  return tables.TableConfig(name=name, sampler='fifo', max_times_sampled=1,
+                            **kwargs)
+
+
+@pytest.mark.parametrize('long_episodes', ['split', 'truncate', 'drop'])
+def test_one_observer_feeds_sequence_and_episode_tables(make_manager,
+                                                        long_episodes):
+  manager = make_manager(sequence_length=2, table_configs=[
+      _queue('pairs'), _queue('triples', sequence_length=3, stride_length=2),
+      _queue('episodes', kind='episode', episode_length=5,
+             long_episodes=long_episodes)])
+  manager.create_replay_buffer()
+  record = conftest.run_actor(manager.observer, 300, seed=3)
+  manager.observer.end_episode()
+  manager.flush()
+  stats = manager.stats()
+  for name, length, stride in (('pairs', 2, 1), ('triples', 3, 2)):
+    want = [conftest.item_fingerprint(i) for i in conftest.expected_items(
+        record.steps, length, stride)]
+    got, _ = conftest.read_all_items(manager, name)
+    assert got == want, name  # Same items, in write order.
+  want = [conftest.item_fingerprint(i) for i in conftest.expected_episode_items(
+      record.steps, 5, long_episodes)]
+  got, infos = conftest.read_all_items(manager, 'episodes')
+  assert got == want
+  lengths = [int(mask.sum()) for _, mask in infos]
+  assert 0 < min(lengths) and max(lengths) == 5
+  assert any(length < 5 for length in lengths)  # Padded ones exist.
+  for _, mask in infos:  # Real steps first, then padding.
+    assert list(mask) == sorted(mask, reverse=True)
+  long_ones = stats['tables']['episodes']['long_episodes']
+  assert long_ones > 0
+  dropped = stats['tables']['episodes']['dropped_episodes']
+  assert dropped == (long_ones if long_episodes == 'drop' else 0)
+
+
+def test_episode_items_never_mix_two_episodes(make_manager):
+  manager = make_manager(table_configs=[
+      tables.TableConfig(name='episodes', kind='episode', episode_length=8)])
+  manager.create_replay_buffer()
+  conftest.run_actor(manager.observer, 400, seed=5)
+  manager.flush()
+  trajectory, info = next(iter(manager.get_dataset(batch_size=64)))
+  first = trajectory.step_type.numpy() == StepType.FIRST
+  boundary = trajectory.next_step_type.numpy() == StepType.FIRST
+  mask = info.mask.numpy()
+  assert trajectory.reward.shape == [64, 8] and mask.shape == (64, 8)
+  for b in range(64):
+    length = int(mask[b].sum())
+    # A FIRST step only opens a piece, a boundary step only closes it.
+    assert not first[b, 1:length].any()
+    assert not boundary[b, :length - 1].any()
+    assert (trajectory.reward.numpy()[b, length:] == 0).all()  # Padding.
+  assert (info.weight.numpy() == 1).all()
+
+
+def test_sequence_items_cross_episodes_only_when_asked(make_manager):
+  manager = make_manager(table_configs=[
+      _queue('within'), _queue('across', cross_episodes=True)])
+  manager.create_replay_buffer()
+  record = conftest.run_actor(manager.observer, 60, seed=2)
+  manager.flush()
+  within, _ = conftest.read_all_items(manager, 'within')
+  across, _ = conftest.read_all_items(manager, 'across')
+  # Across: every window of the step stream.
+  steps = record.steps
+  want = [conftest.item_fingerprint(tree.map_structure(
+      lambda *xs: np.stack(xs), *steps[i - 1:i + 1]))
+          for i in range(1, len(steps))]
+  assert across == want
+  assert len(within) == len(conftest.expected_items(steps, 2))
+  assert len(within) < len(across)
+
+
+def test_batched_observer_equals_one_observer_per_environment(make_manager,
+                                                              tmp_path):
+  from tf_agents.environments import batched_py_environment  # pylint: disable=g-import-not-at-top
+  from tf_agents.policies import random_py_policy
+  from tf_agents.train import actor
+  from tf_agents.train.utils import train_utils
+  envs = [conftest.make_env(seed=i, max_duration=3 + 4 * i) for i in range(4)]
+  batched_env = batched_py_environment.BatchedPyEnvironment(envs)
+  policy = random_py_policy.RandomPyPolicy(
+      envs[0].time_step_spec(), envs[0].action_spec(),
+      info_spec=conftest.INFO_SPEC, outer_dims=(4,), seed=1)
+  configs = [_queue('pairs'), _queue('episodes', kind='episode',
+                                     episode_length=6)]
+  batched = make_manager(tmp_path / 'batched', num_envs=4,
+                         table_configs=configs)
+  batched.create_replay_buffer()
+  recorder = conftest.Recorder()
+  actor.Actor(batched_env, policy, train_utils.create_train_step(),
+              steps_per_run=100, observers=[batched.observer, recorder]).run()
+  batched.flush()
+  single = make_manager(tmp_path / 'single', table_configs=configs)
+  single.create_replay_buffer()
+  observers = [single.observer] + [single.make_observer() for _ in range(3)]
+  for step in recorder.steps:
+    for i, obs in enumerate(observers):
+      obs(tree.map_structure(lambda a: a[i], step))  # pylint: disable=cell-var-from-loop
+  single.flush()
+  written = 4 * len(recorder.steps)
+  assert batched.stats()['env_steps'] == written, len(recorder.steps)
+  assert single.stats()['env_steps'] == written
+  lengths = set()
+  for name in ('pairs', 'episodes'):
+    got, infos = conftest.read_all_items(batched, name)
+    want, _ = conftest.read_all_items(single, name)
+    assert collections.Counter(got) == collections.Counter(want), name
+    assert len(got) > 20
+    lengths |= {int(mask.sum()) for _, mask in infos}
+  assert len(lengths) > 3  # Episodes of different lengths were written.
+
+
+def test_batched_observer_checks_the_batch_dimension(make_manager, env):
+  manager = make_manager(num_envs=2)
+  manager.create_replay_buffer()
+  step = _one_step(env, conftest.make_policy(env))
+  with pytest.raises(errors.TrajectorySpecError,
+                     match=r"'step_type': expected dtype int32 shape \(2,\), "
+                     r'received dtype int32 shape \(\).*looks unbatched'):
+    manager.observer(step)
+  with pytest.raises(ValueError, match='num_envs must be a positive integer'):
+    make_manager(num_envs=0)
