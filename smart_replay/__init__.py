@@ -26,6 +26,7 @@ from smart_replay.errors import PrefillWouldBlockError
 from smart_replay.errors import SmartReplayError
 from smart_replay.errors import TrajectorySpecError
 from smart_replay.errors import WaitTimeoutError
+from smart_replay.errors import WouldBlockError
 from smart_replay.dataset import ReplayInfo
 from smart_replay.manager import ReplayBufferManager
 from smart_replay.observer import TrajectoryObserver
@@ -47,4 +48,5 @@ __all__ = [
     'TrajectoryObserver',
     'TrajectorySpecError',
     'WaitTimeoutError',
+    'WouldBlockError',
 ]

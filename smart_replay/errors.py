@@ -46,5 +46,9 @@ class ManagerStateError(SmartReplayError, RuntimeError):
   """A manager method was called in a state where it cannot work (e.g. closed)."""
 
 
-class PrefillWouldBlockError(SmartReplayError, ValueError):
+class WouldBlockError(SmartReplayError, ValueError):
+  """A configuration whose rate limiter would block one side forever."""
+
+
+class PrefillWouldBlockError(WouldBlockError):
   """Writing a prefill with nothing sampling would block a rate limiter."""

@@ -967,6 +967,11 @@ class ReplayBufferManager:
     return self._store.root
 
   @property
+  def table_configs(self) -> Sequence[tables_lib.TableConfig]:
+    """The resolved configs of the tables, first one the default."""
+    return list(self._table_configs)
+
+  @property
   def sequence_length(self) -> int:
     """Steps per item."""
     return self._sequence_length

@@ -177,6 +177,8 @@ def train_from_starter(
   Raises:
     ValueError: on a bad argument, or if the starter's sequence length does
       not give the 2-step transitions DQN and SAC train on.
+    WouldBlockError: if the starter has a samples_per_insert or queue
+      limiter (the alternating loop would stall on it).
     ManifestMismatchError: if the starter's spec does not match the agent's
       `collect_data_spec` (lists each difference).
     CheckpointExistsError: if `run_dir` has checkpoints and neither `resume`
@@ -208,6 +210,9 @@ def train_from_starter(
                                action_spec=environment.action_spec(),
                                train_step=train_step)
   _check_spec(starter_dir, manager.data_spec, tf_agent.collect_data_spec)
+  _check_no_ratio_limiter(starter_dir, manager.table_configs,
+                          collect_steps_per_iteration,
+                          train_steps_per_iteration * batch_size)
   sequence_length = manager.sequence_length
   if sequence_length % 2:
     raise ValueError(
@@ -329,6 +334,30 @@ def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
     return pair
   raise errors.CheckpointCorruptError(
       f'no usable agent/buffer pair in {buffer_dir}: ' + ' | '.join(problems))
+
+
+def _check_no_ratio_limiter(starter_dir, table_configs, collect_steps,
+                            samples) -> None:
+  """Raises WouldBlockError for limiters this alternating loop would stall.
+
+  The loop collects, then trains, in turns: nothing samples while the actor
+  runs and nothing inserts while the learner runs, and the loop itself fixes
+  the ratio (`samples` per `collect_steps` steps). A samples_per_insert or
+  queue limiter on top drifts against it (an episode's steps make fewer items
+  than steps) until one side waits for the other, which never comes.
+  """
+  limited = [(c.name, c.samples_per_insert) for c in table_configs
+             if c.samples_per_insert is not None or c.block_inserts_when_full]
+  if limited:
+    raise errors.WouldBlockError(
+        f'the starter {starter_dir} has rate-limited tables {limited} '
+        '(samples_per_insert or block_inserts_when_full). train_from_starter '
+        'alternates collecting and training, which already fixes the ratio '
+        f'at {samples} samples per {collect_steps} collected steps; a Reverb '
+        'ratio limiter on top would drift until the actor or the learner '
+        'waits forever for the other. Populate the starter with '
+        'samples_per_insert=None, or run the actor and the learner '
+        'concurrently (ratio limiting is meant for that).')
 
 
 def _check_spec(starter_dir, starter_spec, agent_spec) -> None:

@@ -15,6 +15,7 @@ from smart_replay import populate
 from smart_replay.envs import factory as env_factory
 from smart_replay.policies import factory as policy_factory
 from smart_replay import tables
+from smart_replay import training
 from tests import conftest
 
 
@@ -374,3 +375,9 @@ def test_populate_rejects_a_blocking_limiter_and_trains_with_a_covering_one(
       manager.flush()
     state = manager.stats()['tables']['experience']['rate_limiter']
     assert state['can_sample'] and state['can_insert']
+  # The alternating collect/train loop would stall on it: refused up front.
+  with pytest.raises(smart_replay.WouldBlockError,
+                     match=r"rate-limited tables \[\('experience', 2.0\)\]"):
+    training.train_from_starter(starter_dir=result.buffer_dir,
+                                run_dir=str(tmp_path / 'sync'))
+  assert not os.path.exists(tmp_path / 'sync' / 'buffer' / 'checkpoints')
