@@ -37,6 +37,17 @@ from smart_replay import specs
 from smart_replay import tables as tables_lib
 
 
+def _max_items(config: tables_lib.TableConfig, steps: int,
+               streams: int) -> int:
+  """The most items `steps` steps over `streams` streams can make."""
+  if config.kind == 'episode':
+    return steps  # One-step episodes, at worst.
+  # An episode of n >= L steps makes floor((n - L) / stride) + 1 items, at
+  # most n / min(stride, L); each stream rounds up once.
+  per = min(config.stride_length, config.sequence_length)
+  return -(-steps // per) + streams - 1
+
+
 def _positive(name: str, value, *, integer: bool = False):
   kind = int if integer else (int, float)
   if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
@@ -168,6 +179,9 @@ class ReplayBufferManager:
         for i, c in enumerate(self._table_configs) if c.prioritized}
     self._tf_client = None
     self._blocked_since = {}
+    # False once closed: a traced update_priorities then fails instead of
+    # waiting forever on the stopped server.
+    self._serving = tf.Variable(False, trainable=False, name='serving')
 
   @classmethod
   def from_checkpoint(cls, source: str, *, checkpoint_dir: Optional[str] = None,
@@ -423,6 +437,7 @@ class ReplayBufferManager:
           local_server=self._server,
           rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
       self._tf_client = reverb.TFClient(self._client.server_address)
+      self._serving.assign(True)
       self.make_observer(num_envs=self._num_envs)
     except BaseException:
       self._stop_server()
@@ -483,8 +498,10 @@ class ReplayBufferManager:
         that anneals the importance-sampling beta of a prioritized table
         with `importance_beta_final`; required there, ignored elsewhere.
       as_train_kwargs: yield `(dict(experience=trajectory, weights=w), info)`
-        for `Learner(use_kwargs_in_agent_train=True)`, so the agent's loss is
-        weighted by the importance-sampling weights.
+        for `Learner(use_kwargs_in_agent_train=True,
+        run_optimizer_variable_init=False)`, so the agent's loss is weighted
+        by the importance-sampling weights (TF-Agents 0.19 cannot pre-create
+        optimizer variables from such a dataset).
       prefetch: batches to prefetch.
 
     Returns:
@@ -550,21 +567,23 @@ class ReplayBufferManager:
     raise ValueError(f'unknown table_name {table_name!r}; this buffer has '
                      f'tables {[c.name for c in self._table_configs]}.')
 
-  def check_prefill(self, steps: int) -> None:
+  def check_prefill(self, steps: int, *, num_envs: Optional[int] = None
+                    ) -> None:
     """Checks that `steps` more env steps can be written with nothing sampling.
 
     A `samples_per_insert` (or queue) rate limiter blocks inserts once the
     table is ahead of the sampler by its error buffer, so a starter buffer
     written before any learner runs would wait forever in plain Reverb. Call
     this before such a prefill; it counts, per table, the most items
-    `steps` steps can make (sequence tables: one per stride; episode tables:
-    one per step at worst) and compares them with what the limiter still
-    allows with nothing sampling. Before the buffer is started it assumes an
+    `steps` steps can make (sequence tables: one per `min(stride, length)`
+    steps; episode tables: one per step at worst) and compares them with what
+    the limiter still allows with nothing sampling. Before the buffer is started it assumes an
     empty buffer (check before `create_replay_buffer(overwrite=True)` so a
     bad config never replaces data).
 
     Args:
-      steps: env steps about to be written.
+      steps: env steps about to be written (over all environments).
+      num_envs: environments writing them; default the manager's `num_envs`.
 
     Raises:
       PrefillWouldBlockError: naming each table that would block, how many
@@ -577,11 +596,11 @@ class ReplayBufferManager:
                            {'inserts': 0, 'samples': 0, 'items': 0})
     if self._server is not None:
       counts = self._table_stats()
+    streams = num_envs or self._num_envs or 1
     problems = []
     for config in self._table_configs:
       count = counts[config.name]
-      items = (-(-steps // config.stride_length) if config.kind == 'sequence'
-               else steps)
+      items = _max_items(config, steps, streams)
       allowed = config.inserts_before_blocking(
           inserts=count['inserts'], samples=count['samples'],
           size=count['items'])
@@ -593,14 +612,17 @@ class ReplayBufferManager:
       else:
         # Inserts go through while inserts <= min_size + error_buffer / spi.
         total = count['inserts'] + items
-        slack = config.error_buffer / config.samples_per_insert
-        min_size = math.ceil(total - slack)
-        fix = (f'set min_size_to_sample >= {min_size} (a minimum size that '
-               'covers the prefill: the learner starts sampling once the table '
-               'holds that many items, and the ratio holds from there; keep '
-               'it at most the items the prefill really makes), or '
-               f'error_buffer >= {config.samples_per_insert * (total - config.min_size_to_sample):g}, '
-               'or fill the buffer with samples_per_insert=None')
+        spi = config.samples_per_insert
+        fix = ('raise error_buffer to >= '
+               f'{spi * (total - config.min_size_to_sample):g}')
+        min_size = math.ceil(total - config.error_buffer / spi)
+        if config.kind == 'sequence' and min_size <= config.max_size:
+          fix += (f', or set min_size_to_sample >= {min_size} (a minimum '
+                  'size that covers the prefill: the learner starts sampling '
+                  'once the table holds that many items, so keep it at most '
+                  'the items the prefill really makes)')
+        fix += ('; train with the same table config, since a checkpoint '
+                'keeps its limiter')
       problems.append(
           f'table {config.name!r}: up to {items} new items, but its '
           f'{"queue" if config.block_inserts_when_full else "samples_per_insert"}'
@@ -638,6 +660,8 @@ class ReplayBufferManager:
     """
     self._require_state(started=True)
     config = self._prioritized_table(table_name)
+    if not tf.is_tensor(keys):  # Python ints above 2**63 need uint64 first.
+      keys = np.asarray(keys, np.uint64)
     keys = tf.convert_to_tensor(keys)
     if keys.shape.rank == 2:
       keys = keys[:, 0]
@@ -661,6 +685,9 @@ class ReplayBufferManager:
             f'not finite ({bad.size} such values; table {config.name!r}); a '
             'diverging loss gives NaN TD errors.')
     checks = [
+        tf.debugging.Assert(self._serving, [
+            f'update_priorities: the buffer {self._store.root} is closed '
+            f'(table {config.name!r})']),
         tf.debugging.assert_equal(
             tf.size(keys), tf.size(priorities),
             message=f'update_priorities: keys and priorities differ in length '
@@ -1029,8 +1056,12 @@ class ReplayBufferManager:
         obs.end_episode()
       for config in self._table_configs:
         self._client.reset(config.name)
-      self._steps_offset = -sum(o.num_steps for o in self._observers)
-      self._episodes_offset = -sum(o.num_episodes for o in self._observers)
+      for obs in self._observers:
+        obs.reset_counters()
+      self._steps_offset = self._episodes_offset = 0
+      for variable in self._max_priority.values():
+        variable.assign(1.0)
+      self._blocked_since.clear()
 
   def close(self) -> None:
     """Flushes and closes the observers, then stops the server.
@@ -1065,6 +1096,7 @@ class ReplayBufferManager:
       raise failure
 
   def _stop_server(self) -> None:
+    self._serving.assign(False)
     if self._server is not None:
       self._server.stop()
     self._server = self._client = self._replay_buffer = None

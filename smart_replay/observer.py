@@ -44,6 +44,9 @@ class _Stream:
     # long).
     self.piece_steps = dict.fromkeys(table_names, 0)
     self.skipping = dict.fromkeys(table_names, False)
+    # A step of this stream was lost (an earlier environment's write failed
+    # in the same batched call): the next step must not continue the episode.
+    self.gap = False
 
 
 class TrajectoryObserver:
@@ -101,9 +104,9 @@ class TrajectoryObserver:
       raise ValueError(f'num_envs must be None (unbatched) or an integer >= 1, '
                        f'got {num_envs!r}.')
     if priority is not None and (not isinstance(priority, (int, float)) or
-                                 priority < 0):
-      raise ValueError(f'priority must be None or a number >= 0, got '
-                       f'{priority!r}.')
+                                 priority <= 0):
+      raise ValueError(f'priority must be None or a number > 0 (an item of '
+                       f'priority 0 is never sampled), got {priority!r}.')
     if timeout_s is None or timeout_s <= 0:
       raise ValueError(f'timeout_s must be > 0 seconds, got {timeout_s!r}.')
     specs.validate_trajectory_spec(data_spec)
@@ -213,7 +216,12 @@ class TrajectoryObserver:
         return
       arrays = tree.map_structure(_as_array, trajectory)
       for index, stream in enumerate(self._streams):
-        self._write(stream, tree.map_structure(lambda a: a[index], arrays))
+        try:
+          self._write(stream, tree.map_structure(lambda a: a[index], arrays))  # pylint: disable=cell-var-from-loop
+        except BaseException:
+          for later in self._streams[index + 1:]:
+            later.gap = True  # Their step of this call was never written.
+          raise
 
   def _priority_of(self, config: tables_lib.TableConfig) -> float:
     if self._priority is not None:
@@ -231,8 +239,11 @@ class TrajectoryObserver:
     self.items_per_table[config.name] += 1
 
   def _write(self, stream: _Stream, step: Any) -> None:
-    if stream.episode_steps and bool(np.asarray(step.is_first())):
-      self._end_episode(stream)  # Reset mid-episode: never join the two.
+    if stream.episode_steps and (stream.gap or bool(np.asarray(
+        step.is_first()))):
+      # Reset mid-episode, or a lost step: never join the two pieces.
+      self._end_episode(stream)
+    stream.gap = False
     stream.writer.append(step)
     stream.episode_steps += 1
     stream.run_steps = min(stream.run_steps + 1, self._keep_alive)
@@ -351,6 +362,16 @@ class TrajectoryObserver:
         for stream in self._streams:
           stream.writer.close()
           stream.episode_steps = stream.run_steps = stream.total_steps = 0
+
+  def reset_counters(self) -> None:
+    """Sets every counter of this observer back to zero."""
+    with self._lock:
+      self.num_steps = self.num_episodes = self.num_items = 0
+      self.num_short_episodes = self.num_short_episode_steps = 0
+      for counts in (self.items_per_table, self.num_long_episodes,
+                     self.num_dropped_episodes):
+        for name in counts:
+          counts[name] = 0
 
   def counters(self) -> Dict[str, Any]:
     """Returns this observer's counts of steps, episodes and items."""

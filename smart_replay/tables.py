@@ -139,11 +139,11 @@ class TableConfig:
     if not _is_number(self.priority_exponent) or self.priority_exponent < 0:
       self._fail('priority_exponent', 'a number >= 0 (alpha; 0 is uniform)')
     if self.initial_priority is not None and (
-        not _is_number(self.initial_priority) or self.initial_priority < 0):
-      self._fail('initial_priority', 'a number >= 0, or None for the current '
-                 'maximum priority')
-    if not _is_number(self.priority_epsilon) or self.priority_epsilon < 0:
-      self._fail('priority_epsilon', 'a number >= 0')
+        not _is_number(self.initial_priority) or self.initial_priority <= 0):
+      self._fail('initial_priority', 'a number > 0 (an item of priority 0 is '
+                 'never sampled), or None for the current maximum priority')
+    if not _is_number(self.priority_epsilon) or self.priority_epsilon <= 0:
+      self._fail('priority_epsilon', 'a number > 0, so no priority is zero')
     for field in ('importance_beta', 'importance_beta_final'):
       value = getattr(self, field)
       if (value is not None or field == 'importance_beta') and not (
@@ -177,11 +177,14 @@ class TableConfig:
     elif self.error_buffer is not None:
       self._fail('error_buffer', 'None unless samples_per_insert is set')
     if self.block_inserts_when_full:
-      if self.max_times_sampled != 1 or spi is not None:
+      if (self.max_times_sampled != 1 or spi is not None or
+          self.min_size_to_sample != 1):
         raise ValueError(
             f'TableConfig({self.name!r}).block_inserts_when_full needs '
-            f'max_times_sampled=1 (got {self.max_times_sampled}) and '
-            f'samples_per_insert=None (got {spi!r}).')
+            f'max_times_sampled=1 (got {self.max_times_sampled}), '
+            f'samples_per_insert=None (got {spi!r}) and min_size_to_sample=1 '
+            f'(got {self.min_size_to_sample}; Reverb\'s queue limiter samples '
+            'from the first item).')
 
   def _check_kind(self) -> None:
     if self.kind == 'episode':

@@ -381,3 +381,36 @@ def test_populate_rejects_a_blocking_limiter_and_trains_with_a_covering_one(
     training.train_from_starter(starter_dir=result.buffer_dir,
                                 run_dir=str(tmp_path / 'sync'))
   assert not os.path.exists(tmp_path / 'sync' / 'buffer' / 'checkpoints')
+
+
+def test_traced_update_priorities_fails_after_close(make_manager):
+  manager, _ = _filled(make_manager, steps=10, table_configs=[_prioritized()])
+  keys = tf.constant(_keys(manager, 'prioritized'), tf.uint64)
+
+  @tf.function
+  def update(keys):
+    manager.update_priorities(keys, tf.ones(tf.shape(keys), tf.float64))
+
+  update(keys)
+  manager.close()
+  with pytest.raises(tf.errors.InvalidArgumentError, match='is closed'):
+    update(keys)  # Instead of waiting forever on the stopped server.
+
+
+def test_python_int_keys_above_2_63_are_accepted(make_manager):
+  manager, _ = _filled(make_manager, steps=30, table_configs=[_prioritized()])
+  keys = _keys(manager, 'prioritized')  # Plain ints, half of them >= 2**63.
+  manager.update_priorities(keys, [3.0] * len(keys))
+  assert manager.stats()['tables']['prioritized']['max_priority'] == \
+      pytest.approx(3.0 + 1e-6)
+
+
+def test_clear_resets_counters_and_max_priority(make_manager):
+  manager, _ = _filled(make_manager, steps=30, table_configs=[_prioritized()])
+  manager.update_priorities(_keys(manager, 'prioritized'), [5.0] * len(
+      _keys(manager, 'prioritized')))
+  manager.clear()
+  stats = manager.stats()
+  assert stats['env_steps'] == stats['episodes'] == 0
+  assert stats['tables']['prioritized']['max_priority'] == 1.0
+  assert stats['tables']['prioritized']['items'] == 0

@@ -281,3 +281,52 @@ def test_batched_observer_checks_the_batch_dimension(make_manager, env):
     manager.observer(step)
   with pytest.raises(ValueError, match='num_envs must be a positive integer'):
     make_manager(num_envs=0)
+
+
+def test_batched_stream_after_a_failed_call_starts_a_new_episode(make_manager):
+  """If environment 0's write times out, environment 1's step of that call is
+  lost: its next step must not join the episode across the gap."""
+  from tf_agents.environments import batched_py_environment  # pylint: disable=g-import-not-at-top
+  from tf_agents.policies import random_py_policy
+  from tf_agents.trajectories import trajectory as trajectory_lib
+  manager = make_manager(num_envs=2, write_timeout_s=0.3, table_configs=[
+      tables.TableConfig(samples_per_insert=1.0, error_buffer=3.0),
+      _queue('all')])
+  manager.create_replay_buffer()
+  envs = [conftest.make_env(seed=i, max_duration=2 + 30 * i) for i in range(2)]
+  env = batched_py_environment.BatchedPyEnvironment(envs)
+  policy = random_py_policy.RandomPyPolicy(
+      envs[0].time_step_spec(), envs[0].action_spec(),
+      info_spec=conftest.INFO_SPEC, outer_dims=(2,), seed=1)
+  drain = iter(manager.get_dataset(batch_size=1, sample_timeout_s=0.2,
+                                   prefetch=1))
+
+  def catch_up():  # A learner samples until the limiter stops it.
+    for _ in range(30):
+      try:
+        next(drain)
+      except tf.errors.OpError:
+        return
+
+  time_step, streams, failures = env.reset(), ([], []), 0
+  for _ in range(40):
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    step = trajectory_lib.from_transition(time_step, action, next_time_step)
+    for k in range(2):
+      streams[k].append(tree.map_structure(lambda a: np.asarray(a)[k], step))  # pylint: disable=cell-var-from-loop
+    try:
+      manager.observer(step)
+    except errors.WaitTimeoutError:
+      failures += 1
+      catch_up()
+    time_step = next_time_step
+  catch_up()
+  manager.flush()
+  assert failures
+  allowed = {conftest.item_fingerprint(i) for k in range(2)
+             for i in conftest.expected_items(streams[k], 2)}
+  items, _ = conftest.read_all_items(manager, 'all', timeout_s=1.0)
+  assert len(items) > 10
+  # Every item is two steps that followed each other in one episode.
+  assert set(items) <= allowed
