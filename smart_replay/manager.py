@@ -785,20 +785,7 @@ class ReplayBufferManager:
       self.flush()
       before = self._table_stats()
       env_steps, episodes = self._env_steps(), self._episodes()
-      save = self._save_pool.submit(self._client.checkpoint)
-      try:
-        reverb_path = save.result(timeout=self._checkpoint_timeout_s)
-      except concurrent.futures.TimeoutError as e:
-        self._pending_save = save
-        raise errors.WaitTimeoutError(
-            f'Reverb did not finish writing a checkpoint to '
-            f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
-            's (it may still be writing; raise checkpoint_timeout_s for large '
-            'buffers).') from e
-      except RuntimeError as e:
-        raise errors.CheckpointCorruptError(
-            f'Reverb failed to write a checkpoint to {self._store.reverb_root}:'
-            f' {e}') from e
+      reverb_path = self._reverb_checkpoint()
       table_stats = self._table_stats()
       for name, variable in self._max_priority.items():
         table_stats[name]['max_priority'] = float(variable.numpy())
@@ -818,6 +805,32 @@ class ReplayBufferManager:
                  {n: s['items'] for n, s in table_stats.items()}, env_steps,
                  path)
     return path
+
+  def _reverb_checkpoint(self) -> str:
+    """Has Reverb write its tables to `.reverb/`, bounded by the timeout.
+
+    Returns:
+      The folder Reverb wrote.
+
+    Raises:
+      WaitTimeoutError: if Reverb takes longer than `checkpoint_timeout_s`
+        (the save continues; the next save or `close()` waits for it).
+      CheckpointCorruptError: if Reverb failed to write.
+    """
+    save = self._save_pool.submit(self._client.checkpoint)
+    try:
+      return save.result(timeout=self._checkpoint_timeout_s)
+    except concurrent.futures.TimeoutError as e:
+      self._pending_save = save
+      raise errors.WaitTimeoutError(
+          f'Reverb did not finish writing a checkpoint to '
+          f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
+          's (it may still be writing; raise checkpoint_timeout_s for large '
+          'buffers).') from e
+    except RuntimeError as e:
+      raise errors.CheckpointCorruptError(
+          f'Reverb failed to write a checkpoint to {self._store.reverb_root}:'
+          f' {e}') from e
 
   def _wait_for_pending_save(self) -> None:
     """Waits (bounded) for a save that timed out earlier to finish."""
@@ -957,15 +970,7 @@ class ReplayBufferManager:
     """Reads every item's key and sample count from a throwaway checkpoint."""
     with self._lock:
       self._wait_for_pending_save()
-      save = self._save_pool.submit(self._client.checkpoint)
-      try:
-        path = save.result(timeout=self._checkpoint_timeout_s)
-      except concurrent.futures.TimeoutError as e:
-        self._pending_save = save
-        raise errors.WaitTimeoutError(
-            f'Reverb did not finish a snapshot of the tables in '
-            f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
-            's.') from e
+      path = self._reverb_checkpoint()
       try:
         return checkpoint_files.read_items(path)
       finally:

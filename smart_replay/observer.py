@@ -74,8 +74,9 @@ class TrajectoryObserver:
     priority: initial priority of every new item; None uses each table's
       `initial_priority`, or `priority_fn` for tables without one.
     priority_fn: `fn(table_name) -> float` giving the priority of a new item
-      when neither `priority` nor the table's `initial_priority` is set (the
-      manager passes the table's current maximum priority); default 1.0.
+      of a prioritized table when neither `priority` nor the table's
+      `initial_priority` is set (the manager passes the table's current
+      maximum priority); otherwise items get 1.0.
     timeout_s: how long episode ends, flushes and closes may wait for the
       server to accept pending items (> 0).
     lock: a re-entrant lock held while a step is written; the manager shares
@@ -120,8 +121,17 @@ class TrajectoryObserver:
     self._leaves = specs.flatten_spec(data_spec)
     self._dtypes = [np.dtype(leaf.dtype) for leaf in self._leaves]
     self._num_envs = num_envs
-    self._priority = None if priority is None else float(priority)
+    # Per table: a fixed priority, or None to ask priority_fn per item.
+    self._fixed_priority = {}
+    for config in self._tables:
+      fixed = priority if priority is not None else config.initial_priority
+      if fixed is None and (priority_fn is None or not config.prioritized):
+        fixed = 1.0
+      self._fixed_priority[config.name] = None if fixed is None else float(
+          fixed)
     self._priority_fn = priority_fn
+    self._shortest_sequence = min(
+        (t.sequence_length for t in self._sequence_tables), default=None)
     self._timeout_ms = int(timeout_s * 1000)
     self._keep_alive = max(t.item_length for t in self._tables)
     self._streams = [
@@ -223,18 +233,14 @@ class TrajectoryObserver:
             later.gap = True  # Their step of this call was never written.
           raise
 
-  def _priority_of(self, config: tables_lib.TableConfig) -> float:
-    if self._priority is not None:
-      return self._priority
-    if config.initial_priority is not None:
-      return float(config.initial_priority)
-    return float(self._priority_fn(config.name)) if self._priority_fn else 1.0
-
   def _create_item(self, stream: _Stream, config: tables_lib.TableConfig,
                    length: int) -> None:
     window = tree.map_structure(lambda column: column[-length:],
                                 stream.writer.history)
-    stream.writer.create_item(config.name, self._priority_of(config), window)
+    priority = self._fixed_priority[config.name]
+    if priority is None:
+      priority = float(self._priority_fn(config.name))
+    stream.writer.create_item(config.name, priority, window)
     self.num_items += 1
     self.items_per_table[config.name] += 1
 
@@ -287,9 +293,8 @@ class TrajectoryObserver:
         self._create_item(stream, config, piece)
       stream.piece_steps[config.name] = 0
       stream.skipping[config.name] = False
-    shortest = min((t.sequence_length for t in self._sequence_tables),
-                   default=None)
-    if shortest is not None and 0 < steps < shortest:
+    if self._shortest_sequence is not None and (
+        0 < steps < self._shortest_sequence):
       self.num_short_episodes += 1
       self.num_short_episode_steps += steps
     stream.episode_steps = 0

@@ -74,6 +74,30 @@ def expected_items(steps, sequence_length, stride_length=1):
   return [tree.map_structure(lambda *xs: np.stack(xs), *item) for item in items]
 
 
+def cartpole_dqn(steps):
+  """A real DQN agent on CartPole and a random actor for `steps` steps.
+
+  Returns:
+    `(agent, train_step, collect(observer))`, where `collect` runs a
+    `tf_agents.train.Actor` with a random policy into `observer`.
+  """
+  from tf_agents.environments import suite_gym  # pylint: disable=g-import-not-at-top
+  from smart_replay import agents  # pylint: disable=g-import-not-at-top
+  env = suite_gym.load('CartPole-v1')
+  train_step = train_utils.create_train_step()
+  agent = agents.make_dqn_agent(tensor_spec.from_spec(env.time_step_spec()),
+                                tensor_spec.from_spec(env.action_spec()),
+                                train_step, fc_layer_params=(16,))
+  policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
+                                           env.action_spec())
+
+  def collect(observer):
+    actor.Actor(env, policy, train_step, steps_per_run=steps,
+                observers=[observer]).run()
+    observer.flush()
+  return agent, train_step, collect
+
+
 def item_fingerprint(item):
   """A hashable fingerprint of an item's content (all leaves, in order)."""
   return tuple(np.asarray(leaf).tobytes() for leaf in tree.flatten(item))

@@ -166,24 +166,8 @@ def test_update_priorities_rejects_mistakes(make_manager):
 
 
 def test_learner_updates_priorities_with_weighted_loss(tmp_path):
-  from tf_agents.agents.dqn import dqn_agent  # pylint: disable=g-import-not-at-top
-  from tf_agents.environments import suite_gym
-  from tf_agents.networks import q_network
-  from tf_agents.policies import random_py_policy
-  from tf_agents.specs import tensor_spec
-  from tf_agents.train import actor
-  from tf_agents.train import learner
-  from tf_agents.train.utils import train_utils
-  env = suite_gym.load('CartPole-v1')
-  train_step = train_utils.create_train_step()
-  agent = dqn_agent.DqnAgent(
-      tensor_spec.from_spec(env.time_step_spec()),
-      tensor_spec.from_spec(env.action_spec()),
-      q_network=q_network.QNetwork(
-          tensor_spec.from_spec(env.observation_spec()),
-          tensor_spec.from_spec(env.action_spec()), fc_layer_params=(16,)),
-      optimizer=tf.keras.optimizers.Adam(1e-3), train_step_counter=train_step)
-  agent.initialize()
+  from tf_agents.train import learner  # pylint: disable=g-import-not-at-top
+  agent, train_step, collect = conftest.cartpole_dqn(steps=200)
   with smart_replay.ReplayBufferManager(
       agent.collect_data_spec, capacity=1000,
       checkpoint_dir=str(tmp_path / 'dqn'), sample_timeout_s=10,
@@ -191,10 +175,7 @@ def test_learner_updates_priorities_with_weighted_loss(tmp_path):
                                   importance_beta_final=1.0,
                                   importance_beta_steps=10)]) as manager:
     _, observer = manager.create_replay_buffer()
-    actor.Actor(env, random_py_policy.RandomPyPolicy(
-        env.time_step_spec(), env.action_spec()), train_step,
-                steps_per_run=200, observers=[observer]).run()
-    observer.flush()
+    collect(observer)
     dqn_learner = learner.Learner(
         str(tmp_path / 'learner'), train_step, agent,
         lambda: manager.get_dataset(batch_size=32, train_step=train_step,
