@@ -95,6 +95,11 @@ class ReplayBufferManager:
     num_envs: None if actors step one environment; N if the observer
       returned by create/load receives batches of N environments' steps
       (batched or parallel TF-Agents environments).
+    chunk_length: steps per Reverb chunk of each field, written by the
+      observers; None picks `observer.auto_chunk_length(data_spec)` (32 steps
+      for small steps, fewer for large ones). Longer chunks write and
+      checkpoint faster; items reach the server when their chunk is complete,
+      at each episode end and on `flush()`.
     allow_version_mismatch: load checkpoints written with other dm-reverb,
       tensorflow or tf-agents versions (with a warning) instead of refusing.
 
@@ -110,6 +115,7 @@ class ReplayBufferManager:
                checkpoint_timeout_s: float = 600.0,
                port: Optional[int] = None,
                num_envs: Optional[int] = None,
+               chunk_length: Optional[int] = None,
                allow_version_mismatch: bool = False):
     data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
@@ -135,6 +141,8 @@ class ReplayBufferManager:
       raise ValueError(f'table_configs names must be unique, got {names}.')
     if num_envs is not None:
       _positive('num_envs', num_envs, integer=True)
+    if chunk_length is not None:
+      _positive('chunk_length', chunk_length, integer=True)
 
     self._data_spec = data_spec
     self._sequence_length = sequence_length
@@ -143,6 +151,7 @@ class ReplayBufferManager:
         c.resolve(capacity=capacity, sequence_length=sequence_length,
                   stride_length=stride_length) for c in configs]
     self._num_envs = num_envs
+    self._chunk_length = chunk_length
     self._sample_timeout_s = float(sample_timeout_s)
     self._write_timeout_s = float(write_timeout_s)
     self._connect_timeout_s = float(connect_timeout_s)
@@ -470,7 +479,7 @@ class ReplayBufferManager:
         self._client, tables=self._table_configs, data_spec=self._data_spec,
         num_envs=num_envs, priority=priority,
         priority_fn=self._new_item_priority, timeout_s=self._write_timeout_s,
-        lock=self._lock)
+        chunk_length=self._chunk_length, lock=self._lock)
     self._observers.append(obs)
     return obs
 
@@ -533,7 +542,7 @@ class ReplayBufferManager:
         beta=self._beta(config, train_step), as_train_kwargs=as_train_kwargs,
         timeout_s=timeout,
         max_in_flight_samples_per_worker=batch_size if consumed else None,
-        num_workers_per_iterator=1 if ordered or consumed else -1,
+        num_workers_per_iterator=1 if ordered or consumed else 2,
         drop_remainder=not consumed, prefetch=prefetch)
 
   @staticmethod

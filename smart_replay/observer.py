@@ -13,13 +13,25 @@ observer
   the outer dimension (`BatchedPyEnvironment`, `ParallelPyEnvironment`), and
   then keeps one stream, with its own episode boundaries, per environment;
 * bounds every wait on the server (episode end, flush, close) by a timeout.
+
+Speed: the stock observers go through the Python layer of Reverb's
+`TrajectoryWriter` (its history bookkeeping and item slicing cost more than
+Reverb's C++ itself) and let Reverb auto-tune chunks of one or two steps per
+column. This observer keeps its own history of the C++ writer's cell
+references, creates items with one C++ call each, and groups each column into
+chunks of `chunk_length` steps (Reverb still validates every item against the
+table signature). Items reach the server when their chunk is complete, at every
+episode end, and on `flush()`.
 """
 
+import collections
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import reverb
+from reverb import pybind
+from tf_agents.trajectories import time_step as ts
 import tree
 
 from smart_replay import errors
@@ -27,17 +39,59 @@ from smart_replay import specs
 from smart_replay import tables as tables_lib
 
 
+# Largest chunk the automatic `chunk_length` makes, in steps and in bytes of
+# one column. Longer chunks write and checkpoint faster, but every sampled item
+# ships and decompresses the whole chunks it references.
+MAX_AUTO_CHUNK_LENGTH = 32
+AUTO_CHUNK_BYTES = 32 * 1024
+_FIRST = int(ts.StepType.FIRST)
+_LAST = int(ts.StepType.LAST)
+
+
 def _as_array(value):
   return value.numpy() if hasattr(value, 'numpy') else np.asarray(value)
+
+
+def auto_chunk_length(data_spec: Any) -> int:
+  """The default `chunk_length` for steps of `data_spec`.
+
+  Args:
+    data_spec: the spec of one step.
+
+  Returns:
+    `MAX_AUTO_CHUNK_LENGTH` steps, fewer when the largest field is so big
+    that a chunk of it would exceed `AUTO_CHUNK_BYTES` (at least 1).
+  """
+  largest = max(np.dtype(leaf.dtype).itemsize * int(np.prod(
+      [d or 1 for d in leaf.shape])) for leaf in specs.flatten_spec(data_spec))
+  return max(1, min(MAX_AUTO_CHUNK_LENGTH, AUTO_CHUNK_BYTES // max(largest, 1)))
+
+
+def _new_writer(client: reverb.Client, *, chunk_length: int,
+                keep_alive: int) -> reverb.TrajectoryWriter:
+  """A validating Reverb TrajectoryWriter chunking `chunk_length` steps.
+
+  `Client.trajectory_writer` only offers auto-tuned chunks; the constant
+  chunker is set through the C++ client (Reverb 0.14, pinned).
+  """
+  options = pybind.ConstantChunkerOptions(max_chunk_length=chunk_length,
+                                          num_keep_alive_refs=keep_alive)
+  return reverb.TrajectoryWriter(client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
+      options, True))  # validate_items: Reverb checks items vs the signature.
 
 
 class _Stream:
   """One environment's writer and the per-table progress of its episode."""
 
-  def __init__(self, writer, table_names):
+  def __init__(self, writer: reverb.TrajectoryWriter, table_names,
+               keep_alive: int):
     self.writer = writer
+    # The C++ writer's calls, without the Python wrapper's per-step history
+    # bookkeeping: `history` keeps the cell references of the last steps.
+    self.append = writer._writer.Append  # pylint: disable=protected-access
+    self.create_item = writer._writer.CreateItem  # pylint: disable=protected-access
+    self.history = collections.deque(maxlen=keep_alive)
     self.episode_steps = 0  # Steps of the current episode in the writer.
-    self.run_steps = 0  # Steps since the writer's history was last cleared.
     self.total_steps = 0  # Steps written by this stream (stride alignment).
     # Episode tables: steps of the current piece, and whether the rest of the
     # episode is skipped ('truncate' after the first piece, 'drop' once too
@@ -79,6 +133,9 @@ class TrajectoryObserver:
       maximum priority); otherwise items get 1.0.
     timeout_s: how long episode ends, flushes and closes may wait for the
       server to accept pending items (> 0).
+    chunk_length: steps per Reverb chunk of each field (>= 1); None picks
+      `auto_chunk_length(data_spec)`. Items are sent when their chunk is
+      complete, at each episode end, and on `flush()`.
     lock: a re-entrant lock held while a step is written; the manager shares
       one with its checkpoints so a checkpoint sees whole steps only.
 
@@ -91,6 +148,7 @@ class TrajectoryObserver:
                num_envs: Optional[int] = None, priority: Optional[float] = None,
                priority_fn: Optional[Callable[[str], float]] = None,
                timeout_s: float = 60.0,
+               chunk_length: Optional[int] = None,
                lock: Optional[threading.RLock] = None):
     if not tables:
       raise ValueError(f'tables must hold at least one TableConfig, got '
@@ -110,6 +168,11 @@ class TrajectoryObserver:
                        f'priority 0 is never sampled), got {priority!r}.')
     if timeout_s is None or timeout_s <= 0:
       raise ValueError(f'timeout_s must be > 0 seconds, got {timeout_s!r}.')
+    if chunk_length is not None and (
+        isinstance(chunk_length, bool) or not isinstance(chunk_length, int) or
+        chunk_length < 1):
+      raise ValueError(f'chunk_length must be None (automatic) or an integer '
+                       f'>= 1, got {chunk_length!r}.')
     specs.validate_trajectory_spec(data_spec)
     self._client = client
     self._lock = lock or threading.RLock()
@@ -120,6 +183,9 @@ class TrajectoryObserver:
     self._data_spec = data_spec
     self._leaves = specs.flatten_spec(data_spec)
     self._dtypes = [np.dtype(leaf.dtype) for leaf in self._leaves]
+    self._shapes = [tuple(leaf.shape) for leaf in self._leaves]
+    self._step_type = [leaf.path for leaf in self._leaves].index('step_type')
+    self._squeeze = [False] * len(self._leaves)
     self._num_envs = num_envs
     # Per table: a fixed priority, or None to ask priority_fn per item.
     self._fixed_priority = {}
@@ -133,11 +199,13 @@ class TrajectoryObserver:
     self._shortest_sequence = min(
         (t.sequence_length for t in self._sequence_tables), default=None)
     self._timeout_ms = int(timeout_s * 1000)
-    self._keep_alive = max(t.item_length for t in self._tables)
+    self.chunk_length = chunk_length or auto_chunk_length(data_spec)
+    self._keep_alive = max([self.chunk_length] +
+                           [t.item_length for t in self._tables])
     self._streams = [
-        _Stream(client.trajectory_writer(num_keep_alive_refs=self._keep_alive,
-                                         validate_items=True),
-                [t.name for t in self._episode_tables])
+        _Stream(_new_writer(client, chunk_length=self.chunk_length,
+                            keep_alive=self._keep_alive),
+                [t.name for t in self._episode_tables], self._keep_alive)
         for _ in range(num_envs or 1)]
     self._closed = False
     self.num_steps = 0
@@ -164,8 +232,12 @@ class TrajectoryObserver:
 
   # -------------------------------------------------------------- validation
 
-  def _validate(self, trajectory: Any) -> None:
-    """Raises TrajectorySpecError unless `trajectory` matches the data spec."""
+  def _validate(self, trajectory: Any) -> List[np.ndarray]:
+    """Returns the step's fields, flat, if they match the data spec.
+
+    Raises:
+      TrajectorySpecError: naming the field, unless `trajectory` matches.
+    """
     try:
       tree.assert_same_structure(self._data_spec, trajectory, check_types=False)
     except (ValueError, TypeError) as e:
@@ -177,28 +249,30 @@ class TrajectoryObserver:
           f'{sorted(expected - received)}, unexpected fields '
           f'{sorted(received - expected)}. Nothing from this step was '
           f'written. ({e})') from None
-    outer = [] if self._num_envs is None else [self._num_envs]
-    for leaf, dtype, value in zip(self._leaves, self._dtypes,
-                                  tree.flatten(trajectory)):
-      array = _as_array(value)
-      want = outer + list(leaf.shape)
+    arrays = [_as_array(value) for value in tree.flatten(trajectory)]
+    outer = () if self._num_envs is None else (self._num_envs,)
+    for leaf, dtype, shape, array in zip(self._leaves, self._dtypes,
+                                         self._shapes, arrays):
+      if array.dtype == dtype and array.shape == outer + shape:
+        continue  # The usual case: a fully defined spec, matched exactly.
+      want = outer + shape
       shape_ok = len(array.shape) == len(want) and all(
           w is None or w == g for w, g in zip(want, array.shape))
-      if array.dtype != dtype or not shape_ok:
-        hint = ''
-        if self._num_envs is None and array.ndim and (
-            array.shape[1:] == tuple(leaf.shape)):
-          hint = (f' It looks batched (outer dimension {array.shape[0]}); '
-                  f'make the observer with num_envs={array.shape[0]}.')
-        elif self._num_envs is not None and tuple(array.shape) == tuple(
-            leaf.shape):
-          hint = (f' It looks unbatched; this observer takes batches of '
-                  f'num_envs={self._num_envs} steps.')
-        raise errors.TrajectorySpecError(
-            f'trajectory field {leaf.path!r}: expected dtype {leaf.dtype} '
-            f'shape {tuple(want)}, received dtype {array.dtype} shape '
-            f'{tuple(array.shape)}. Nothing from this step was written; the '
-            f'data already in the buffer is unchanged.{hint}')
+      if array.dtype == dtype and shape_ok:
+        continue  # A spec dimension of None.
+      hint = ''
+      if self._num_envs is None and array.ndim and array.shape[1:] == shape:
+        hint = (f' It looks batched (outer dimension {array.shape[0]}); '
+                f'make the observer with num_envs={array.shape[0]}.')
+      elif self._num_envs is not None and array.shape == shape:
+        hint = (f' It looks unbatched; this observer takes batches of '
+                f'num_envs={self._num_envs} steps.')
+      raise errors.TrajectorySpecError(
+          f'trajectory field {leaf.path!r}: expected dtype {leaf.dtype} '
+          f'shape {want}, received dtype {array.dtype} shape '
+          f'{tuple(array.shape)}. Nothing from this step was written; the '
+          f'data already in the buffer is unchanged.{hint}')
+    return arrays
 
   # ------------------------------------------------------------------ writing
 
@@ -216,18 +290,17 @@ class TrajectoryObserver:
       WaitTimeoutError: if the server does not accept the episode's items
         within `timeout_s` (e.g. a rate limiter blocks inserts).
     """
-    self._validate(trajectory)
+    arrays = self._validate(trajectory)
     with self._lock:
       if self._closed:
         raise errors.ManagerStateError(
             'this observer is closed; get a new one from the manager.')
       if self._num_envs is None:
-        self._write(self._streams[0], trajectory)
+        self._write(self._streams[0], arrays)
         return
-      arrays = tree.map_structure(_as_array, trajectory)
       for index, stream in enumerate(self._streams):
         try:
-          self._write(stream, tree.map_structure(lambda a: a[index], arrays))  # pylint: disable=cell-var-from-loop
+          self._write(stream, [array[index] for array in arrays])
         except BaseException:
           for later in self._streams[index + 1:]:
             later.gap = True  # Their step of this call was never written.
@@ -235,29 +308,29 @@ class TrajectoryObserver:
 
   def _create_item(self, stream: _Stream, config: tables_lib.TableConfig,
                    length: int) -> None:
-    window = tree.map_structure(lambda column: column[-length:],
-                                stream.writer.history)
+    history = stream.history
+    steps = [history[i] for i in range(len(history) - length, len(history))]
     priority = self._fixed_priority[config.name]
     if priority is None:
       priority = float(self._priority_fn(config.name))
-    stream.writer.create_item(config.name, priority, window)
+    stream.create_item(config.name, priority, [list(refs) for refs in zip(
+        *steps)], self._squeeze)
     self.num_items += 1
     self.items_per_table[config.name] += 1
 
-  def _write(self, stream: _Stream, step: Any) -> None:
-    if stream.episode_steps and (stream.gap or bool(np.asarray(
-        step.is_first()))):
+  def _write(self, stream: _Stream, step: List[np.ndarray]) -> None:
+    step_type = int(step[self._step_type])
+    if stream.episode_steps and (stream.gap or step_type == _FIRST):
       # Reset mid-episode, or a lost step: never join the two pieces.
       self._end_episode(stream)
     stream.gap = False
-    stream.writer.append(step)
+    stream.history.append(stream.append(step))
     stream.episode_steps += 1
-    stream.run_steps = min(stream.run_steps + 1, self._keep_alive)
     stream.total_steps += 1
     self.num_steps += 1
     for config in self._sequence_tables:
       if config.cross_episodes:
-        available, position = stream.run_steps, stream.total_steps
+        available, position = len(stream.history), stream.total_steps
       else:
         available = position = stream.episode_steps
       if (available >= config.sequence_length and
@@ -276,7 +349,7 @@ class TrajectoryObserver:
       self._create_item(stream, config, config.episode_length)
       stream.piece_steps[config.name] = 0
       stream.skipping[config.name] = config.long_episodes == 'truncate'
-    if bool(np.asarray(step.is_boundary())):
+    if step_type == _LAST:
       self.num_episodes += 1
       self._end_episode(stream)
 
@@ -299,7 +372,7 @@ class TrajectoryObserver:
       self.num_short_episode_steps += steps
     stream.episode_steps = 0
     if self._clear_at_episode_end:
-      stream.run_steps = 0
+      stream.history.clear()  # The writer drops these cells' references.
     self._wait('the end of an episode', lambda: stream.writer.end_episode(
         clear_buffers=self._clear_at_episode_end, timeout_ms=self._timeout_ms))
 
@@ -366,7 +439,8 @@ class TrajectoryObserver:
         self._closed = True
         for stream in self._streams:
           stream.writer.close()
-          stream.episode_steps = stream.run_steps = stream.total_steps = 0
+          stream.history.clear()
+          stream.episode_steps = stream.total_steps = 0
 
   def reset_counters(self) -> None:
     """Sets every counter of this observer back to zero."""

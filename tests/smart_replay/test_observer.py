@@ -330,3 +330,91 @@ def test_batched_stream_after_a_failed_call_starts_a_new_episode(make_manager):
   assert len(items) > 10
   # Every item is two steps that followed each other in one episode.
   assert set(items) <= allowed
+
+
+# ------------------------------------------- same items as the stock observer
+
+def _read_in_order(client, table):
+  """Every item of a FIFO `max_times_sampled=1` table, in insertion order."""
+  size = client.server_info(timeout=10)[table].current_size
+  return [tuple(np.asarray(leaf) for leaf in sample.data)
+          for sample in client.sample(table, num_samples=size,
+                                      emit_timesteps=False)]
+
+
+@pytest.mark.parametrize('sequence_length, stride_length, chunk_length',
+                         [(2, 1, None), (2, 1, 3), (3, 1, 1), (3, 3, 32)])
+def test_same_items_as_the_stock_tf_agents_observer(
+    data_spec, sequence_length, stride_length, chunk_length):
+  """Our fast path and ReverbAddTrajectoryObserver store identical items."""
+  import reverb  # pylint: disable=g-import-not-at-top
+  from tf_agents.replay_buffers import reverb_utils  # pylint: disable=g-import-not-at-top
+  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
+  configs = {
+      name: tables.TableConfig(
+          name=name, sampler='fifo', max_times_sampled=1).resolve(
+              capacity=10_000, sequence_length=sequence_length,
+              stride_length=stride_length)
+      for name in ('ours', 'stock')}
+  server = reverb.Server([tables.make_table(c, data_spec)
+                          for c in configs.values()])
+  try:
+    client = reverb.Client(f'localhost:{server.port}')
+    # A real Actor's stream: episodes of 2 to 12 steps, some shorter than an
+    # item, every one ending with a boundary step.
+    record = conftest.run_actor(lambda _: None, 400, seed=3)
+    ours = observer_lib.TrajectoryObserver(
+        client, tables=[configs['ours']], data_spec=data_spec,
+        chunk_length=chunk_length)
+    stock = reverb_utils.ReverbAddTrajectoryObserver(
+        client, 'stock', sequence_length, stride_length=stride_length)
+    for step in record.steps:
+      ours(step)
+      stock(step)
+    ours.close()
+    stock.close()
+    got, want = _read_in_order(client, 'ours'), _read_in_order(client, 'stock')
+  finally:
+    server.stop()
+  assert len(want) > 100, len(want)
+  assert len(got) == len(want)
+  for index, (mine, theirs) in enumerate(zip(got, want)):
+    for a, b in zip(mine, theirs):
+      np.testing.assert_array_equal(a, b, err_msg=f'item {index}')
+
+
+def test_items_wait_for_their_chunk_until_flush_or_episode_end(make_manager,
+                                                               env):
+  manager = make_manager(chunk_length=16, table_configs=[
+      tables.TableConfig(name='pairs')])
+  _, observer = manager.create_replay_buffer()
+  assert observer.chunk_length == 16
+  policy = conftest.make_policy(env)
+  mid = np.asarray(StepType.MID, np.int32)
+  for i in range(4):  # One episode, not finished: FIRST, MID, MID, MID.
+    step = _one_step(env, policy)._replace(next_step_type=mid)
+    observer(step if i == 0 else step._replace(step_type=mid))
+  assert manager.num_frames() == 0  # Their chunk of 16 steps is still open.
+  observer.flush()
+  assert manager.num_frames() == 3
+
+
+@pytest.mark.parametrize('value', [0, -1, 2.5, True, '8'])
+def test_chunk_length_must_be_a_positive_integer(make_manager, data_spec,
+                                                 value):
+  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=rf'chunk_length.*{value!r}'):
+    make_manager(chunk_length=value)
+  with pytest.raises(ValueError, match=r'chunk_length must be None'):
+    observer_lib.TrajectoryObserver(
+        None, tables=[tables.TableConfig().resolve(
+            capacity=10, sequence_length=2, stride_length=1)],
+        data_spec=data_spec, chunk_length=value)
+
+
+def test_automatic_chunk_length_shrinks_for_large_steps():
+  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
+  from smart_replay import benchmark  # pylint: disable=g-import-not-at-top
+  assert observer_lib.auto_chunk_length(benchmark.data_spec(32)) == 32
+  assert observer_lib.auto_chunk_length(benchmark.data_spec(1024)) == 8
+  assert observer_lib.auto_chunk_length(benchmark.data_spec(10**6)) == 1
