@@ -30,6 +30,8 @@ setuptools.setup(
         'gin-config',
         'numpy<2',
         'tqdm',
+        'matplotlib',  # benchmark charts (headless, Agg)
+        'psutil',  # benchmark: server memory
     ],
     extras_require={'test': ['pytest>=7']},
 )

@@ -1,0 +1,630 @@
+"""Side-by-side benchmark: smart_replay against the stock TF-Agents Reverb path.
+
+One fixed workload (a TF-Agents `Trajectory` with observation float32[N],
+action float32[4], reward, discount and step types; items of 2 steps, stride
+1) is written and sampled in the same run by both paths, alternating repeats:
+
+* insert steps/s: `TrajectoryObserver` (single environment, and batched over
+  `num_envs` environments) vs TF-Agents' `ReverbAddTrajectoryObserver`, each
+  writing an identical table (`tables.make_table`);
+* sampling transitions/s: `dataset.make_dataset` (what
+  `ReplayBufferManager.get_dataset` returns) vs `ReverbReplayBuffer.as_dataset`
+  on the same table;
+* checkpoint seconds, bytes and restore seconds of the two buffers;
+* server memory: RSS growth of each buffer's server per million steps, vs the
+  raw bytes of the steps.
+
+Each buffer lives in its own Reverb server process (spawned), so its memory
+and its restore time are measured alone. Two reference rows show where the
+limits are: `reverb_floor` writes with Reverb's C++ writer calls alone (what
+our observer does, minus validation and bookkeeping) and samples with a bare
+`reverb.TrajectoryDataset`. Timings are medians of the repeats; ratios are
+ours / stock from this one run.
+"""
+
+import dataclasses
+import importlib.metadata
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import statistics
+import time
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+import numpy as np
+import psutil
+import reverb
+import tensorflow as tf
+from tf_agents.replay_buffers import reverb_replay_buffer
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.trajectories import trajectory as trajectory_lib
+import tree
+
+from smart_replay import dataset as dataset_lib
+from smart_replay import observer as observer_lib
+from smart_replay import server as server_lib
+from smart_replay import tables as tables_lib
+
+TABLE = 'replay'
+SEQUENCE_LENGTH = 2
+# name: (target, 'higher' or 'lower' is better, what it compares).
+TARGETS = {
+    'insert': (5.0, 'higher', 'observer steps/s, ours / stock'),
+    'batched_insert': (1.5, 'higher',
+                       'batched observer steps/s / our single-env steps/s'),
+    'sample': (6.0, 'higher', 'transitions/s, get_dataset / as_dataset'),
+    'checkpoint_restore_time': (0.5, 'lower',
+                                'checkpoint + restore seconds, ours / stock'),
+    'checkpoint_bytes': (0.5, 'lower', 'checkpoint bytes, ours / stock'),
+    'memory': (1.5, 'lower', 'server RSS growth / raw data bytes (ours)'),
+}
+_START_TIMEOUT_S = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """What the benchmark writes and samples.
+
+  Attributes:
+    steps: steps written into each compared buffer (checkpoint and memory are
+      measured on buffers of this many steps).
+    repeats: alternating repeats; each writes `steps // repeats` steps per path.
+    observation_size: floats per observation.
+    observation: 'smooth' (sensor-like: slow sines plus noise, rounded to
+      0.01) or 'noise' (standard normal floats, which do not compress).
+    episode_length: steps per episode.
+    num_envs: environments of the batched observer.
+    batch_size: sampled items per batch.
+    sample_batches: batches timed per sampling repeat.
+    chunk_length: our observer's chunk length (None: automatic).
+    seed: seed of the generated steps.
+  """
+  steps: int = 1_000_000
+  repeats: int = 5
+  observation_size: int = 32
+  observation: str = 'smooth'
+  episode_length: int = 200
+  num_envs: int = 8
+  batch_size: int = 256
+  sample_batches: int = 200
+  chunk_length: Optional[int] = None
+  seed: int = 0
+
+  def __post_init__(self):
+    for name in ('steps', 'repeats', 'observation_size', 'num_envs',
+                 'batch_size', 'sample_batches'):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'Workload.{name} must be an integer >= 1, got '
+                         f'{value!r}.')
+    if self.episode_length < SEQUENCE_LENGTH:
+      raise ValueError(f'Workload.episode_length must be >= {SEQUENCE_LENGTH} '
+                       f'(the item length), got {self.episode_length!r}.')
+    if self.observation not in ('smooth', 'noise'):
+      raise ValueError(f"Workload.observation must be 'smooth' or 'noise', got "
+                       f'{self.observation!r}.')
+    if self.steps // self.repeats < self.num_envs * self.episode_length:
+      raise ValueError(
+          f'Workload.steps // repeats = {self.steps // self.repeats} steps per '
+          f'repeat must cover at least one episode per environment '
+          f'(num_envs * episode_length = '
+          f'{self.num_envs * self.episode_length}).')
+
+  @property
+  def steps_per_repeat(self) -> int:
+    return self.steps // self.repeats
+
+
+def data_spec(observation_size: int) -> trajectory_lib.Trajectory:
+  """The spec of one benchmark step (a TF-Agents `Trajectory`).
+
+  Args:
+    observation_size: floats per observation.
+
+  Returns:
+    The `Trajectory` of `tf.TensorSpec`s.
+  """
+  return trajectory_lib.Trajectory(
+      step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      observation=tf.TensorSpec([observation_size], tf.float32, 'observation'),
+      action=tf.TensorSpec([4], tf.float32, 'action'),
+      policy_info=(),
+      next_step_type=tf.TensorSpec([], tf.int32, 'next_step_type'),
+      reward=tf.TensorSpec([], tf.float32, 'reward'),
+      discount=tf.TensorSpec([], tf.float32, 'discount'))
+
+
+def raw_bytes_per_step(spec: Any) -> int:
+  """Bytes of one step's tensors, without any framing."""
+  return sum(s.dtype.size * s.shape.num_elements() for s in tree.flatten(spec))
+
+
+def make_steps(workload: Workload, start: int, count: int,
+               num_envs: Optional[int] = None
+               ) -> List[trajectory_lib.Trajectory]:
+  """A deterministic stream of steps: the same for the same arguments.
+
+  Args:
+    workload: the workload.
+    start: index of the first step (episode boundaries follow the index).
+    count: steps to make.
+    num_envs: None for unbatched steps; else every step holds this many
+      environments' steps (outer dimension), each its own stream.
+
+  Returns:
+    `count` numpy `Trajectory`s.
+  """
+  envs = num_envs or 1
+  rng = np.random.default_rng([workload.seed, start, envs])
+  index = np.arange(start, start + count)[None, :] + (
+      np.arange(envs)[:, None] * 7919)  # [envs, count]
+  position = index % workload.episode_length
+  last = workload.episode_length - 1
+  step_type = np.where(position == 0, 0, np.where(position == last, 2, 1))
+  next_step_type = np.where(position == last - 1, 2,
+                            np.where(position == last, 0, 1))
+  shape = (envs, count, workload.observation_size)
+  if workload.observation == 'noise':
+    observation = rng.standard_normal(shape)
+  else:
+    phase = np.random.default_rng(workload.seed).uniform(
+        0, 2 * np.pi, workload.observation_size)
+    observation = np.round(20 + 5 * np.sin(index[..., None] / 50 + phase) +
+                           0.05 * rng.standard_normal(shape), 2)
+  fields = dict(
+      step_type=step_type.astype(np.int32),
+      observation=observation.astype(np.float32),
+      action=rng.uniform(-1, 1, (envs, count, 4)).astype(np.float32),
+      next_step_type=next_step_type.astype(np.int32),
+      reward=rng.standard_normal((envs, count)).astype(np.float32),
+      discount=np.where(position == last, 0, 1).astype(np.float32))
+  if num_envs is None:
+    fields = {k: v[0] for k, v in fields.items()}
+  else:  # [count, envs, ...]
+    fields = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1))
+              for k, v in fields.items()}
+  return [trajectory_lib.Trajectory(
+      policy_info=(), **{k: v[i] for k, v in fields.items()})
+          for i in range(count)]
+
+
+def _table_config(capacity: int) -> tables_lib.TableConfig:
+  return tables_lib.TableConfig(name=TABLE).resolve(
+      capacity=capacity, sequence_length=SEQUENCE_LENGTH, stride_length=1)
+
+
+def _serve(connection, spec, capacity, root, fallback) -> None:
+  """Runs one Reverb server (in a spawned process) until told to stop."""
+  os.environ['TZ'] = 'UTC'  # Checkpoint folder names sort by time.
+  time.tzset()
+  start = time.perf_counter()
+  server = reverb.Server(
+      [tables_lib.make_table(_table_config(capacity), spec)],
+      checkpointer=reverb.checkpointers.DefaultCheckpointer(
+          root, fallback_checkpoint_path=fallback))
+  connection.send((server.port, time.perf_counter() - start))
+  connection.recv()
+  server.stop()
+
+
+class ServerProcess:
+  """A Reverb server with one benchmark table, in its own process.
+
+  Args:
+    spec: the step spec.
+    capacity: the table's max_size.
+    root: the checkpoint root (must not hold a checkpoint).
+    fallback: a checkpoint folder to restore, or None.
+
+  Attributes:
+    client: a `reverb.Client` of the server.
+    load_seconds: how long the server took to start (to restore `fallback`).
+  """
+
+  def __init__(self, spec: Any, capacity: int, root: str,
+               fallback: Optional[str] = None):
+    context = multiprocessing.get_context('spawn')  # A forked client hangs.
+    self._connection, child = context.Pipe()
+    self._process = context.Process(
+        target=_serve, args=(child, spec, capacity, root, fallback),
+        daemon=True)
+    self._process.start()
+    if not self._connection.poll(_START_TIMEOUT_S):
+      self._process.kill()
+      raise TimeoutError(f'the benchmark server process (restoring '
+                         f'{fallback!r}) did not start within '
+                         f'{_START_TIMEOUT_S:g} s.')
+    port, self.load_seconds = self._connection.recv()
+    self.client = reverb.Client(f'localhost:{port}')
+    server_lib.server_info(self.client, 30.0)
+
+  def rss(self) -> int:
+    """The server process's resident memory in bytes."""
+    return psutil.Process(self._process.pid).memory_info().rss
+
+  def items(self) -> int:
+    """Items in the table."""
+    return server_lib.server_info(self.client, 30.0)[TABLE].current_size
+
+  def close(self) -> None:
+    """Stops the server; kills the process if it does not stop in 60 s."""
+    if self._process.is_alive():
+      self._connection.send('stop')
+      self._process.join(60)
+      if self._process.is_alive():
+        self._process.kill()
+        self._process.join(10)
+
+  def __enter__(self) -> 'ServerProcess':
+    return self
+
+  def __exit__(self, *unused) -> None:
+    self.close()
+
+
+# ----------------------------------------------------------------- writing
+
+def _timed(write) -> float:
+  start = time.perf_counter()
+  write()
+  return time.perf_counter() - start
+
+
+def write_stock(client: reverb.Client, steps) -> float:
+  """Writes `steps` through TF-Agents' observer; returns seconds."""
+  observer = reverb_utils.ReverbAddTrajectoryObserver(
+      client, TABLE, sequence_length=SEQUENCE_LENGTH, stride_length=1)
+  def write():
+    for step in steps:
+      observer(step)
+    observer.flush()
+  seconds = _timed(write)
+  observer.close()
+  return seconds
+
+
+def write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
+               chunk_length=None) -> float:
+  """Writes `steps` through our observer; returns seconds."""
+  observer = observer_lib.TrajectoryObserver(
+      client, tables=[_table_config(1)], data_spec=spec, num_envs=num_envs,
+      chunk_length=chunk_length)
+  def write():
+    for step in steps:
+      observer(step)
+    observer.flush()
+  seconds = _timed(write)
+  observer.close()
+  return seconds
+
+
+def write_reverb_floor(client: reverb.Client, spec, steps, *,
+                       chunk_length=None) -> float:
+  """Writes `steps` with Reverb's C++ writer calls only; returns seconds.
+
+  The same chunks and items as our observer, without validation, episode
+  bookkeeping or any other Python work: the speed limit of Reverb's
+  `TrajectoryWriter` on this machine.
+  """
+  length = chunk_length or observer_lib.auto_chunk_length(spec)
+  writer = observer_lib._new_writer(  # pylint: disable=protected-access
+      client, chunk_length=length, keep_alive=max(length, SEQUENCE_LENGTH))
+  append, create_item = writer._writer.Append, writer._writer.CreateItem  # pylint: disable=protected-access
+  squeeze = [False] * len(tree.flatten(spec))
+  def write():
+    previous = None
+    for step in steps:
+      refs = append(tree.flatten(step))
+      if previous is not None:
+        create_item(TABLE, 1.0, [[a, b] for a, b in zip(previous, refs)],
+                    squeeze)
+      previous = refs
+      if step.step_type == 2:
+        writer.end_episode(timeout_ms=600_000)
+        previous = None
+    writer.flush(timeout_ms=600_000)
+  seconds = _timed(write)
+  writer.close()
+  return seconds
+
+
+# ---------------------------------------------------------------- sampling
+
+def _rate(dataset: tf.data.Dataset, batches: int, batch_size: int) -> float:
+  iterator = iter(dataset)
+  for _ in range(10):  # Warm up: start the workers, fill the prefetch.
+    next(iterator)
+  start = time.perf_counter()
+  for _ in range(batches):
+    next(iterator)
+  return batches * batch_size / (time.perf_counter() - start)
+
+
+def stock_dataset(client: reverb.Client, spec, batch_size: int
+                  ) -> tf.data.Dataset:
+  """TF-Agents' `ReverbReplayBuffer.as_dataset` on the benchmark table."""
+  buffer = reverb_replay_buffer.ReverbReplayBuffer(
+      spec, TABLE, sequence_length=SEQUENCE_LENGTH,
+      server_address=client.server_address)
+  return buffer.as_dataset(sample_batch_size=batch_size,
+                           num_steps=SEQUENCE_LENGTH)
+
+
+def our_dataset(client: reverb.Client, spec, batch_size: int
+                ) -> tf.data.Dataset:
+  """`make_dataset` as `ReplayBufferManager.get_dataset` builds it."""
+  return dataset_lib.make_dataset(
+      client, table=TABLE, data_spec=spec, sequence_length=SEQUENCE_LENGTH,
+      batch_size=batch_size)
+
+
+def floor_dataset(client: reverb.Client, spec, batch_size: int
+                  ) -> tf.data.Dataset:
+  """A bare `reverb.TrajectoryDataset`, batched: Reverb's sampling limit."""
+  shapes = tf.nest.map_structure(
+      lambda s: tf.TensorShape([SEQUENCE_LENGTH] + s.shape.as_list()), spec)
+  dtypes = tf.nest.map_structure(lambda s: s.dtype, spec)
+  return reverb.TrajectoryDataset(
+      client.server_address, TABLE, dtypes, shapes,
+      max_in_flight_samples_per_worker=2 * batch_size,
+      num_workers_per_iterator=2).batch(batch_size, drop_remainder=True)
+
+
+def _checkpoint(server: ServerProcess) -> Dict[str, Any]:
+  start = time.perf_counter()
+  path = server.client.checkpoint()
+  seconds = time.perf_counter() - start
+  size = sum(os.path.getsize(os.path.join(path, name))
+             for name in os.listdir(path))
+  return {'path': path, 'seconds': seconds, 'bytes': size}
+
+
+def _median(values: List[float]) -> float:
+  return float(statistics.median(values))
+
+
+def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
+  """Runs the benchmark and writes `benchmark.json` and `benchmark.png`.
+
+  Args:
+    workload: what to write and sample.
+    output_dir: where the results and the (deleted afterwards) server
+      checkpoints go; created if missing.
+
+  Returns:
+    The results (also in `output_dir/benchmark.json`): the workload, the
+    machine, every measurement, and `ratios` {name: {value, target, better,
+    met, meaning}}.
+
+  Raises:
+    TimeoutError: if a server process does not start.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  work = os.path.join(output_dir, 'servers')
+  shutil.rmtree(work, ignore_errors=True)
+  spec = data_spec(workload.observation_size)
+  per_repeat = workload.steps_per_repeat
+  total = per_repeat * workload.repeats
+  results: Dict[str, Any] = {
+      'workload': dataclasses.asdict(workload),
+      'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
+                  'dm_reverb': importlib.metadata.version('dm-reverb'),
+                  'tensorflow': tf.__version__,
+                  'tf_agents': importlib.metadata.version('tf-agents')},
+      'chunk_length': (workload.chunk_length or
+                       observer_lib.auto_chunk_length(spec)),
+      'raw_bytes_per_step': raw_bytes_per_step(spec)}
+  inserts = {'stock': [], 'ours': [], 'ours_batched': [], 'reverb_floor': []}
+  servers = {}
+  try:
+    for name in ('stock', 'ours', 'sink'):  # 'sink': batched and floor writes.
+      servers[name] = ServerProcess(spec, 2 * total, os.path.join(work, name))
+    rss_start = {name: servers[name].rss() for name in ('stock', 'ours')}
+    started = time.monotonic()
+    for repeat in range(workload.repeats):
+      steps = make_steps(workload, repeat * per_repeat, per_repeat)
+      batched = make_steps(workload, repeat * per_repeat,
+                           per_repeat // workload.num_envs, workload.num_envs)
+      inserts['stock'].append(
+          per_repeat / write_stock(servers['stock'].client, steps))
+      inserts['ours'].append(per_repeat / write_ours(
+          servers['ours'].client, spec, steps,
+          chunk_length=workload.chunk_length))
+      inserts['ours_batched'].append(len(batched) * workload.num_envs / (
+          write_ours(servers['sink'].client, spec, batched,
+                     num_envs=workload.num_envs,
+                     chunk_length=workload.chunk_length)))
+      inserts['reverb_floor'].append(per_repeat / write_reverb_floor(
+          servers['sink'].client, spec, steps,
+          chunk_length=workload.chunk_length))
+      elapsed = time.monotonic() - started
+      logging.info(
+          'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
+          'floor %.0f steps/s; ETA %.0f s', repeat + 1, workload.repeats,
+          inserts['stock'][-1], inserts['ours'][-1],
+          inserts['ours_batched'][-1], inserts['reverb_floor'][-1],
+          elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
+    results['insert_steps_per_s'] = inserts
+    items = {name: servers[name].items() for name in ('stock', 'ours')}
+    rss_growth = {name: servers[name].rss() - rss_start[name]
+                  for name in ('stock', 'ours')}
+    results['memory'] = {
+        name: {'rss_growth_bytes': rss_growth[name],
+               'per_million_steps': rss_growth[name] / total * 1e6,
+               'items': items[name]} for name in rss_growth}
+    results['memory']['raw_per_million_steps'] = (
+        results['raw_bytes_per_step'] * 1e6)
+
+    servers.pop('sink').close()
+
+    checkpoints = {}
+    for name in ('stock', 'ours'):
+      checkpoint = _checkpoint(servers[name])
+      servers.pop(name).close()
+      with ServerProcess(spec, 2 * total,
+                         os.path.join(work, f'{name}_restored'),
+                         fallback=checkpoint['path']) as restored:
+        checkpoint['restore_seconds'] = restored.load_seconds
+        checkpoint['restored_items'] = restored.items()
+      checkpoint['items'] = items[name]
+      checkpoints[name] = checkpoint
+      logging.info('checkpoint of the %s buffer: %.2f s, %.1f MB, restore '
+                   '%.2f s', name, checkpoint['seconds'],
+                   checkpoint['bytes'] / 1e6, checkpoint['restore_seconds'])
+    results['checkpoint'] = {
+        name: {k: v for k, v in c.items() if k != 'path'}
+        for name, c in checkpoints.items()}
+
+    # Sampling runs where a learner runs: in the process of the server (as
+    # with ReplayBufferManager), where Reverb hands samples over without
+    # serializing them.
+    samples = {}
+    for buffer in ('ours', 'stock'):
+      server = reverb.Server(
+          [tables_lib.make_table(_table_config(2 * total), spec)],
+          checkpointer=reverb.checkpointers.DefaultCheckpointer(
+              os.path.join(work, f'{buffer}_sampled'),
+              fallback_checkpoint_path=checkpoints[buffer]['path']))
+      try:
+        client = reverb.Client(f'localhost:{server.port}')
+        rates = {'stock': [], 'ours': [], 'reverb_floor': []}
+        for repeat in range(3):
+          for name, make in (('stock', stock_dataset), ('ours', our_dataset),
+                             ('reverb_floor', floor_dataset)):
+            rates[name].append(_rate(make(client, spec, workload.batch_size),
+                                     workload.sample_batches,
+                                     workload.batch_size))
+          logging.info('sampling the %s buffer, repeat %d/3: stock %.0f, ours '
+                       '%.0f, reverb floor %.0f transitions/s', buffer,
+                       repeat + 1, rates['stock'][-1], rates['ours'][-1],
+                       rates['reverb_floor'][-1])
+      finally:
+        server.stop()
+      samples[f'{buffer}_buffer'] = rates
+    results['sample_transitions_per_s'] = samples
+  finally:
+    for server in servers.values():
+      server.close()
+    shutil.rmtree(work, ignore_errors=True)
+
+  results['ratios'] = ratios(results)
+  with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
+    json.dump(results, f, indent=2)
+  plot(results, os.path.join(output_dir, 'benchmark.png'))
+  return results
+
+
+def ratios(results: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+  """The target ratios of a run's results.
+
+  Args:
+    results: what `run` measured.
+
+  Returns:
+    {name: {value, target, better, met, meaning}} for every `TARGETS` entry.
+  """
+  inserts = {k: _median(v) for k, v in results['insert_steps_per_s'].items()}
+  samples = {k: _median(v) for k, v in
+             results['sample_transitions_per_s']['ours_buffer'].items()}
+  ckpt = results['checkpoint']
+  time_s = {k: ckpt[k]['seconds'] + ckpt[k]['restore_seconds'] for k in ckpt}
+  memory = results['memory']
+  values = {
+      'insert': inserts['ours'] / inserts['stock'],
+      'batched_insert': inserts['ours_batched'] / inserts['ours'],
+      'sample': samples['ours'] / samples['stock'],
+      'checkpoint_restore_time': time_s['ours'] / time_s['stock'],
+      'checkpoint_bytes': ckpt['ours']['bytes'] / ckpt['stock']['bytes'],
+      'memory': (memory['ours']['per_million_steps'] /
+                 memory['raw_per_million_steps']),
+  }
+  out = {}
+  for name, value in values.items():
+    target, better, meaning = TARGETS[name]
+    met = value >= target if better == 'higher' else value <= target
+    out[name] = {'value': value, 'target': target, 'better': better,
+                 'met': bool(met), 'meaning': meaning}
+  return out
+
+
+def format_table(results: Dict[str, Any]) -> str:
+  """The run's medians and ratios as a plain-text table."""
+  rows = [('measure', 'stock', 'ours', 'reverb floor', 'ratio')]
+  inserts = {k: _median(v) for k, v in results['insert_steps_per_s'].items()}
+  rows.append(('insert steps/s (1 env)', f"{inserts['stock']:,.0f}",
+               f"{inserts['ours']:,.0f}", f"{inserts['reverb_floor']:,.0f}",
+               f"{inserts['ours'] / inserts['stock']:.2f}x"))
+  rows.append((f"insert steps/s ({results['workload']['num_envs']} envs)", '',
+               f"{inserts['ours_batched']:,.0f}", '',
+               f"{inserts['ours_batched'] / inserts['ours']:.2f}x of 1 env"))
+  for buffer, rates in results['sample_transitions_per_s'].items():
+    medians = {k: _median(v) for k, v in rates.items()}
+    rows.append((f"sample transitions/s ({buffer.replace('_', ' ')})",
+                 f"{medians['stock']:,.0f}", f"{medians['ours']:,.0f}",
+                 f"{medians['reverb_floor']:,.0f}",
+                 f"{medians['ours'] / medians['stock']:.2f}x"))
+  ckpt = results['checkpoint']
+  for key, label, scale in (('seconds', 'checkpoint s', 1),
+                            ('restore_seconds', 'restore s', 1),
+                            ('bytes', 'checkpoint MB', 1e-6)):
+    rows.append((label, f"{ckpt['stock'][key] * scale:,.2f}",
+                 f"{ckpt['ours'][key] * scale:,.2f}", '',
+                 f"{ckpt['ours'][key] / ckpt['stock'][key]:.2f}x"))
+  memory = results['memory']
+  raw = memory['raw_per_million_steps']
+  rows.append(('server RSS MB / 1M steps',
+               f"{memory['stock']['per_million_steps'] / 1e6:,.0f}",
+               f"{memory['ours']['per_million_steps'] / 1e6:,.0f}",
+               f'raw {raw / 1e6:,.0f}',
+               f"{memory['ours']['per_million_steps'] / raw:.2f}x raw"))
+  widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+  lines = ['  '.join(cell.ljust(width) for cell, width in zip(row, widths))
+           for row in rows]
+  lines.append('')
+  lines.append('targets:')
+  for name, ratio in results['ratios'].items():
+    sign = '>=' if ratio['better'] == 'higher' else '<='
+    lines.append(f"  {name:24s} {ratio['value']:6.2f}  target {sign} "
+                 f"{ratio['target']:g}  {'met' if ratio['met'] else 'NOT met'}"
+                 f"  ({ratio['meaning']})")
+  return '\n'.join(lines)
+
+
+def plot(results: Dict[str, Any], path: str) -> None:
+  """Draws the ratios against their targets as a PNG bar chart.
+
+  Args:
+    results: what `run` measured (with `ratios`).
+    path: the PNG file to write.
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  names = list(results['ratios'])
+  values = [results['ratios'][n]['value'] for n in names]
+  colors = ['tab:green' if results['ratios'][n]['met'] else 'tab:red'
+            for n in names]
+  figure, axes = pyplot.subplots(figsize=(9, 4.5))
+  axes.bar(range(len(names)), values, color=colors)
+  for i, name in enumerate(names):
+    ratio = results['ratios'][name]
+    axes.hlines(ratio['target'], i - 0.4, i + 0.4, colors='black',
+                linestyles='dashed')
+    axes.annotate(f"{ratio['value']:.2f}", (i, ratio['value']),
+                  ha='center', va='bottom')
+  axes.set_yscale('log')  # Ratios above and below 1 read alike.
+  axes.axhline(1.0, color='grey', linewidth=0.8)
+  axes.set_xticks(range(len(names)))
+  axes.set_xticklabels([n.replace('_', '\n') for n in names])
+  axes.set_ylabel('ratio, log scale (dashed: target; green: met)')
+  workload = results['workload']
+  axes.set_title(
+      f"smart_replay vs stock TF-Agents: {workload['steps']:,} steps, "
+      f"observation float32[{workload['observation_size']}] "
+      f"({workload['observation']}), {results['machine']['cpus']} CPUs")
+  figure.tight_layout()
+  figure.savefig(path)
+  pyplot.close(figure)
