@@ -343,7 +343,8 @@ def _read_in_order(client, table):
 
 
 @pytest.mark.parametrize('sequence_length, stride_length, chunk_length',
-                         [(2, 1, None), (2, 1, 3), (3, 1, 1), (3, 3, 32)])
+                         [(2, 1, None), (2, 1, 3), (3, 1, 1), (3, 2, 4),
+                          (3, 3, 32)])
 def test_same_items_as_the_stock_tf_agents_observer(
     data_spec, sequence_length, stride_length, chunk_length):
   """Our fast path and ReverbAddTrajectoryObserver store identical items."""
