@@ -12,7 +12,10 @@ observer
 * takes steps of one environment, or of `num_envs` environments batched on
   the outer dimension (`BatchedPyEnvironment`, `ParallelPyEnvironment`), and
   then keeps one stream, with its own episode boundaries, per environment;
-* bounds every wait on the server (episode end, flush, close) by a timeout.
+* bounds every wait on the server (episode end, flush, close) by a timeout,
+  and never runs more than ~50 items ahead of the server (back-pressure), so
+  a blocked table stops the actor within a timeout instead of filling its
+  memory, and Reverb's "pending items alarmingly high" warning stays quiet.
 
 Speed: the stock observers go through the Python layer of Reverb's
 `TrajectoryWriter` (its history bookkeeping and item slicing cost more than
@@ -46,6 +49,12 @@ MAX_AUTO_CHUNK_LENGTH = 32
 AUTO_CHUNK_BYTES = 32 * 1024
 _FIRST = int(ts.StepType.FIRST)
 _LAST = int(ts.StepType.LAST)
+# Back-pressure: every `_CHECK_EVERY_ITEMS` items, a stream waits (bounded)
+# until at most `max(_MAX_PENDING, chunk_length)` of its items are unconfirmed.
+# This bounds the memory of a writer that runs ahead of the server, and keeps
+# Reverb under its "pending items alarmingly high" warning (50 items).
+_MAX_PENDING = 40
+_CHECK_EVERY_ITEMS = 8
 
 
 def _as_array(value):
@@ -91,6 +100,7 @@ class _Stream:
     self.append = writer._writer.Append  # pylint: disable=protected-access
     self.create_item = writer._writer.CreateItem  # pylint: disable=protected-access
     self.history = collections.deque(maxlen=keep_alive)
+    self.unchecked_items = 0  # Items created since the last back-pressure check.
     self.episode_steps = 0  # Steps of the current episode in the writer.
     self.total_steps = 0  # Steps written by this stream (stride alignment).
     # Episode tables: steps of the current piece, and whether the rest of the
@@ -202,6 +212,7 @@ class TrajectoryObserver:
     self.chunk_length = chunk_length or auto_chunk_length(data_spec)
     self._keep_alive = max([self.chunk_length] +
                            [t.item_length for t in self._tables])
+    self._max_pending = max(_MAX_PENDING, self.chunk_length)
     self._streams = [
         _Stream(_new_writer(client, chunk_length=self.chunk_length,
                             keep_alive=self._keep_alive),
@@ -287,8 +298,9 @@ class TrajectoryObserver:
       TrajectorySpecError: if a field's structure, dtype or shape is wrong
         (nothing is written).
       ManagerStateError: if the observer was closed.
-      WaitTimeoutError: if the server does not accept the episode's items
-        within `timeout_s` (e.g. a rate limiter blocks inserts).
+      WaitTimeoutError: if the server does not accept pending items within
+        `timeout_s` (e.g. a rate limiter blocks inserts); the step was
+        written.
     """
     arrays = self._validate(trajectory)
     with self._lock:
@@ -317,6 +329,7 @@ class TrajectoryObserver:
         *steps)], self._squeeze)
     self.num_items += 1
     self.items_per_table[config.name] += 1
+    stream.unchecked_items += 1
 
   def _write(self, stream: _Stream, step: List[np.ndarray]) -> None:
     step_type = int(step[self._step_type])
@@ -352,6 +365,10 @@ class TrajectoryObserver:
     if step_type == _LAST:
       self.num_episodes += 1
       self._end_episode(stream)
+    elif stream.unchecked_items >= _CHECK_EVERY_ITEMS:
+      stream.unchecked_items = 0
+      self._wait('flush', lambda: stream.writer.flush(
+          block_until_num_items=self._max_pending, timeout_ms=self._timeout_ms))
 
   def _end_episode(self, stream: _Stream) -> None:
     """Writes the episode tables' last items and closes the episode."""

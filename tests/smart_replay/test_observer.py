@@ -419,3 +419,42 @@ def test_automatic_chunk_length_shrinks_for_large_steps():
   assert observer_lib.auto_chunk_length(benchmark.data_spec(32)) == 32
   assert observer_lib.auto_chunk_length(benchmark.data_spec(1024)) == 8
   assert observer_lib.auto_chunk_length(benchmark.data_spec(10**6)) == 1
+
+
+def _long_episode(env, steps):
+  """`steps` steps of one unfinished episode: FIRST, then MID steps."""
+  policy = conftest.make_policy(env)
+  mid = np.asarray(StepType.MID, np.int32)
+  step = _one_step(env, policy)._replace(next_step_type=mid)
+  return [step] + [step._replace(step_type=mid)] * (steps - 1)
+
+
+def test_a_writer_never_runs_far_ahead_of_a_blocked_table(make_manager, env):
+  """Back-pressure: a full queue stops the actor within ~50 items, mid-episode.
+
+  Without it, items would pile up in the writer until the episode ends.
+  """
+  manager = make_manager(write_timeout_s=0.5, table_configs=[
+      tables.TableConfig(sampler='fifo', max_times_sampled=1, max_size=20,
+                         block_inserts_when_full=True)])
+  _, observer = manager.create_replay_buffer()
+  written = 0
+  with pytest.raises(errors.WaitTimeoutError, match='flush'):
+    for step in _long_episode(env, 1000):
+      observer(step)
+      written += 1
+  assert 20 < written <= 20 + 40 + 8 + 1, written
+  assert manager.num_frames() == 20
+  with pytest.raises(errors.WaitTimeoutError, match='at flush'):
+    manager.close()  # Its final flush meets the same full queue.
+
+
+def test_a_long_episode_stays_under_reverbs_pending_items_warning(
+    make_manager, env, capfd):
+  manager = make_manager(capacity=5000)
+  _, observer = manager.create_replay_buffer()
+  for step in _long_episode(env, 3000):
+    observer(step)
+  observer.flush()
+  assert manager.num_frames() == 2999
+  assert 'alarmingly high' not in capfd.readouterr().err
