@@ -2,7 +2,7 @@
 
 Prints a table of medians and ratios (ours / stock) with the targets, and
 writes OUTPUT_DIR/benchmark.json and OUTPUT_DIR/benchmark.png. See the README
-section "Benchmark" for what is measured.
+section "Speed, and the benchmark" for what is measured.
 
 Usage:
   python scripts/benchmark.py                 # 1,000,000 steps (~10 min)

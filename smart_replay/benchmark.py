@@ -17,11 +17,13 @@ action float32[4], reward, discount and step types; items of 2 steps, stride
 Each buffer lives in its own Reverb server process (spawned), so its memory
 and its restore time are measured alone. Two reference rows show where the
 limits are: `reverb_floor` writes with Reverb's C++ writer calls alone (what
-our observer does, minus validation and bookkeeping) and samples with a bare
+our observer does, with a minimal Python loop and no validation or
+bookkeeping) and samples with a bare
 `reverb.TrajectoryDataset`. Timings are medians of the repeats; ratios are
 ours / stock from this one run.
 """
 
+import concurrent.futures
 import dataclasses
 import importlib.metadata
 import json
@@ -43,7 +45,9 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
+from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import dataset as dataset_lib
+from smart_replay import manifest as manifest_lib
 from smart_replay import observer as observer_lib
 from smart_replay import server as server_lib
 from smart_replay import tables as tables_lib
@@ -62,6 +66,7 @@ TARGETS = {
     'memory': (1.5, 'lower', 'server RSS growth / raw data bytes (ours)'),
 }
 _START_TIMEOUT_S = 300.0
+_CHECKPOINT_TIMEOUT_S = 1800.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +120,7 @@ class Workload:
 
   @property
   def steps_per_repeat(self) -> int:
+    """Steps each path writes per repeat."""
     return self.steps // self.repeats
 
 
@@ -138,7 +144,14 @@ def data_spec(observation_size: int) -> trajectory_lib.Trajectory:
 
 
 def raw_bytes_per_step(spec: Any) -> int:
-  """Bytes of one step's tensors, without any framing."""
+  """Bytes of one step's tensors, without any framing.
+
+  Args:
+    spec: the step spec.
+
+  Returns:
+    The sum of every leaf's size in bytes.
+  """
   return sum(s.dtype.size * s.shape.num_elements() for s in tree.flatten(spec))
 
 
@@ -232,14 +245,25 @@ class ServerProcess:
         target=_serve, args=(child, spec, capacity, root, fallback),
         daemon=True)
     self._process.start()
-    if not self._connection.poll(_START_TIMEOUT_S):
+    child.close()  # A child that dies now closes the pipe: recv() fails.
+    try:
+      if not self._connection.poll(_START_TIMEOUT_S):
+        raise TimeoutError(f'the benchmark server process (restoring '
+                           f'{fallback!r}) did not start within '
+                           f'{_START_TIMEOUT_S:g} s.')
+      try:
+        port, self.load_seconds = self._connection.recv()
+      except EOFError:
+        raise RuntimeError(
+            f'the benchmark server process (restoring {fallback!r}) exited '
+            f'with code {self._process.exitcode} before serving; see its '
+            'log above.') from None
+      self.client = reverb.Client(f'localhost:{port}')
+      server_lib.server_info(self.client, 30.0)
+    except BaseException:
       self._process.kill()
-      raise TimeoutError(f'the benchmark server process (restoring '
-                         f'{fallback!r}) did not start within '
-                         f'{_START_TIMEOUT_S:g} s.')
-    port, self.load_seconds = self._connection.recv()
-    self.client = reverb.Client(f'localhost:{port}')
-    server_lib.server_info(self.client, 30.0)
+      self._process.join(10)
+      raise
 
   def rss(self) -> int:
     """The server process's resident memory in bytes."""
@@ -252,7 +276,10 @@ class ServerProcess:
   def close(self) -> None:
     """Stops the server; kills the process if it does not stop in 60 s."""
     if self._process.is_alive():
-      self._connection.send('stop')
+      try:
+        self._connection.send('stop')
+      except OSError:
+        pass  # The pipe is gone; kill below.
       self._process.join(60)
       if self._process.is_alive():
         self._process.kill()
@@ -267,54 +294,54 @@ class ServerProcess:
 
 # ----------------------------------------------------------------- writing
 
-def _timed(write) -> float:
+def _write_all(observer, steps) -> float:
+  """Calls `observer` on every step, then flushes; returns the seconds."""
   start = time.perf_counter()
-  write()
-  return time.perf_counter() - start
-
-
-def write_stock(client: reverb.Client, steps) -> float:
-  """Writes `steps` through TF-Agents' observer; returns seconds."""
-  observer = reverb_utils.ReverbAddTrajectoryObserver(
-      client, TABLE, sequence_length=SEQUENCE_LENGTH, stride_length=1)
-  def write():
+  try:
     for step in steps:
       observer(step)
     observer.flush()
-  seconds = _timed(write)
-  observer.close()
-  return seconds
+    return time.perf_counter() - start
+  finally:
+    observer.close()
 
 
-def write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
-               chunk_length=None) -> float:
-  """Writes `steps` through our observer; returns seconds."""
-  observer = observer_lib.TrajectoryObserver(
+def _write_stock(client: reverb.Client, spec, steps, *, num_envs=None,
+                 chunk_length=None) -> float:
+  """Writes `steps` through TF-Agents' `ReverbAddTrajectoryObserver`.
+
+  Its waits have no timeout (that is the stock behaviour); the table never
+  blocks inserts here.
+  """
+  del spec, num_envs, chunk_length  # Stock takes neither.
+  return _write_all(reverb_utils.ReverbAddTrajectoryObserver(
+      client, TABLE, sequence_length=SEQUENCE_LENGTH, stride_length=1), steps)
+
+
+def _write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
+                chunk_length=None) -> float:
+  """Writes `steps` through our `TrajectoryObserver`; returns seconds."""
+  return _write_all(observer_lib.TrajectoryObserver(
       client, tables=[_table_config(1)], data_spec=spec, num_envs=num_envs,
-      chunk_length=chunk_length)
-  def write():
-    for step in steps:
-      observer(step)
-    observer.flush()
-  seconds = _timed(write)
-  observer.close()
-  return seconds
+      chunk_length=chunk_length), steps)
 
 
-def write_reverb_floor(client: reverb.Client, spec, steps, *,
-                       chunk_length=None) -> float:
-  """Writes `steps` with Reverb's C++ writer calls only; returns seconds.
+def _write_reverb_floor(client: reverb.Client, spec, steps, *, num_envs=None,
+                        chunk_length=None) -> float:
+  """Writes `steps` with Reverb's C++ writer calls alone; returns seconds.
 
-  The same chunks and items as our observer, without validation, episode
-  bookkeeping or any other Python work: the speed limit of Reverb's
+  The same chunks and items as our observer, from a minimal Python loop with
+  no validation or bookkeeping: the speed limit of Reverb's
   `TrajectoryWriter` on this machine.
   """
+  del num_envs  # Unbatched only.
   length = chunk_length or observer_lib.auto_chunk_length(spec)
   writer = observer_lib._new_writer(  # pylint: disable=protected-access
       client, chunk_length=length, keep_alive=max(length, SEQUENCE_LENGTH))
   append, create_item = writer._writer.Append, writer._writer.CreateItem  # pylint: disable=protected-access
   squeeze = [False] * len(tree.flatten(spec))
-  def write():
+  start = time.perf_counter()
+  try:
     previous = None
     for step in steps:
       refs = append(tree.flatten(step))
@@ -326,14 +353,15 @@ def write_reverb_floor(client: reverb.Client, spec, steps, *,
         writer.end_episode(timeout_ms=600_000)
         previous = None
     writer.flush(timeout_ms=600_000)
-  seconds = _timed(write)
-  writer.close()
-  return seconds
+    return time.perf_counter() - start
+  finally:
+    writer.close()
 
 
 # ---------------------------------------------------------------- sampling
 
 def _rate(dataset: tf.data.Dataset, batches: int, batch_size: int) -> float:
+  """Transitions per second over `batches` batches, after a warm-up."""
   iterator = iter(dataset)
   for _ in range(10):  # Warm up: start the workers, fill the prefetch.
     next(iterator)
@@ -343,8 +371,8 @@ def _rate(dataset: tf.data.Dataset, batches: int, batch_size: int) -> float:
   return batches * batch_size / (time.perf_counter() - start)
 
 
-def stock_dataset(client: reverb.Client, spec, batch_size: int
-                  ) -> tf.data.Dataset:
+def _stock_dataset(client: reverb.Client, spec, batch_size: int
+                   ) -> tf.data.Dataset:
   """TF-Agents' `ReverbReplayBuffer.as_dataset` on the benchmark table."""
   buffer = reverb_replay_buffer.ReverbReplayBuffer(
       spec, TABLE, sequence_length=SEQUENCE_LENGTH,
@@ -353,16 +381,16 @@ def stock_dataset(client: reverb.Client, spec, batch_size: int
                            num_steps=SEQUENCE_LENGTH)
 
 
-def our_dataset(client: reverb.Client, spec, batch_size: int
-                ) -> tf.data.Dataset:
+def _our_dataset(client: reverb.Client, spec, batch_size: int
+                 ) -> tf.data.Dataset:
   """`make_dataset` as `ReplayBufferManager.get_dataset` builds it."""
   return dataset_lib.make_dataset(
       client, table=TABLE, data_spec=spec, sequence_length=SEQUENCE_LENGTH,
       batch_size=batch_size)
 
 
-def floor_dataset(client: reverb.Client, spec, batch_size: int
-                  ) -> tf.data.Dataset:
+def _floor_dataset(client: reverb.Client, spec, batch_size: int
+                   ) -> tf.data.Dataset:
   """A bare `reverb.TrajectoryDataset`, batched: Reverb's sampling limit."""
   shapes = tf.nest.map_structure(
       lambda s: tf.TensorShape([SEQUENCE_LENGTH] + s.shape.as_list()), spec)
@@ -370,16 +398,43 @@ def floor_dataset(client: reverb.Client, spec, batch_size: int
   return reverb.TrajectoryDataset(
       client.server_address, TABLE, dtypes, shapes,
       max_in_flight_samples_per_worker=2 * batch_size,
-      num_workers_per_iterator=2).batch(batch_size, drop_remainder=True)
+      num_workers_per_iterator=2,
+      rate_limiter_timeout_ms=60_000).batch(batch_size, drop_remainder=True)
 
 
-def _checkpoint(server: ServerProcess) -> Dict[str, Any]:
-  start = time.perf_counter()
-  path = server.client.checkpoint()
-  seconds = time.perf_counter() - start
-  size = sum(os.path.getsize(os.path.join(path, name))
+# ------------------------------------------------------------- checkpoints
+
+def _folder_bytes(path: str) -> int:
+  return sum(os.path.getsize(os.path.join(path, name))
              for name in os.listdir(path))
-  return {'path': path, 'seconds': seconds, 'bytes': size}
+
+
+def _reverb_checkpoint(client: reverb.Client) -> str:
+  """`client.checkpoint()`, bounded by `_CHECKPOINT_TIMEOUT_S`."""
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    save = pool.submit(client.checkpoint)
+    try:
+      return save.result(timeout=_CHECKPOINT_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+      raise TimeoutError(f'Reverb did not write a checkpoint within '
+                         f'{_CHECKPOINT_TIMEOUT_S:g} s.') from None
+
+
+def _commit_like_the_manager(reverb_path: str, spec, capacity: int,
+                             items: int, root: str) -> str:
+  """What `ReplayBufferManager.checkpoint()` adds to Reverb's save.
+
+  Moves the folder to a numbered checkpoint, fingerprints every file and
+  writes the manifest.
+  """
+  config = manifest_lib.build_config(
+      data_spec=spec, sequence_length=SEQUENCE_LENGTH, stride_length=1,
+      capacity=capacity, table_configs=[_table_config(capacity)])
+  counts = {'tables': {TABLE: {'items': items}}, 'env_steps': 0,
+            'episodes': 0}
+  return checkpoints_lib.CheckpointStore(root).commit(
+      reverb_path, lambda name, files: manifest_lib.build_manifest(
+          config, counts=counts, files=files, checkpoint_name=name))
 
 
 def _median(values: List[float]) -> float:
@@ -400,7 +455,8 @@ def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
     met, meaning}}.
 
   Raises:
-    TimeoutError: if a server process does not start.
+    TimeoutError: if a server process does not start, or a checkpoint takes
+      longer than 30 minutes.
   """
   os.makedirs(output_dir, exist_ok=True)
   work = os.path.join(output_dir, 'servers')
@@ -428,18 +484,18 @@ def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
       steps = make_steps(workload, repeat * per_repeat, per_repeat)
       batched = make_steps(workload, repeat * per_repeat,
                            per_repeat // workload.num_envs, workload.num_envs)
-      inserts['stock'].append(
-          per_repeat / write_stock(servers['stock'].client, steps))
-      inserts['ours'].append(per_repeat / write_ours(
-          servers['ours'].client, spec, steps,
-          chunk_length=workload.chunk_length))
-      inserts['ours_batched'].append(len(batched) * workload.num_envs / (
-          write_ours(servers['sink'].client, spec, batched,
-                     num_envs=workload.num_envs,
-                     chunk_length=workload.chunk_length)))
-      inserts['reverb_floor'].append(per_repeat / write_reverb_floor(
-          servers['sink'].client, spec, steps,
-          chunk_length=workload.chunk_length))
+      jobs = [('stock', 'stock', steps, None), ('ours', 'ours', steps, None),
+              ('ours_batched', 'sink', batched, workload.num_envs),
+              ('reverb_floor', 'sink', steps, None)]
+      writers = {'stock': _write_stock, 'ours': _write_ours,
+                 'ours_batched': _write_ours,
+                 'reverb_floor': _write_reverb_floor}
+      for name, server, stream, num_envs in (
+          jobs if repeat % 2 == 0 else jobs[::-1]):  # Alternate the order.
+        seconds = writers[name](servers[server].client, spec, stream,
+                                num_envs=num_envs,
+                                chunk_length=workload.chunk_length)
+        inserts[name].append(len(stream) * (num_envs or 1) / seconds)
       elapsed = time.monotonic() - started
       logging.info(
           'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
@@ -462,14 +518,23 @@ def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
 
     checkpoints = {}
     for name in ('stock', 'ours'):
-      checkpoint = _checkpoint(servers[name])
+      start = time.perf_counter()
+      path = _reverb_checkpoint(servers[name].client)
+      if name == 'ours':  # What the manager adds to Reverb's save.
+        path = _commit_like_the_manager(path, spec, 2 * total, items[name],
+                                        os.path.join(work, 'ours_buffer'))
+      checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
+                    'bytes': _folder_bytes(path), 'items': items[name]}
       servers.pop(name).close()
+      start = time.perf_counter()
+      if name == 'ours':  # The manager verifies every file before loading.
+        checkpoints_lib.verify(path)
+      verify_seconds = time.perf_counter() - start
       with ServerProcess(spec, 2 * total,
                          os.path.join(work, f'{name}_restored'),
-                         fallback=checkpoint['path']) as restored:
-        checkpoint['restore_seconds'] = restored.load_seconds
+                         fallback=path) as restored:
+        checkpoint['restore_seconds'] = restored.load_seconds + verify_seconds
         checkpoint['restored_items'] = restored.items()
-      checkpoint['items'] = items[name]
       checkpoints[name] = checkpoint
       logging.info('checkpoint of the %s buffer: %.2f s, %.1f MB, restore '
                    '%.2f s', name, checkpoint['seconds'],
@@ -492,8 +557,9 @@ def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
         client = reverb.Client(f'localhost:{server.port}')
         rates = {'stock': [], 'ours': [], 'reverb_floor': []}
         for repeat in range(3):
-          for name, make in (('stock', stock_dataset), ('ours', our_dataset),
-                             ('reverb_floor', floor_dataset)):
+          for name, make in (('stock', _stock_dataset),
+                             ('ours', _our_dataset),
+                             ('reverb_floor', _floor_dataset)):
             rates[name].append(_rate(make(client, spec, workload.batch_size),
                                      workload.sample_batches,
                                      workload.batch_size))
@@ -551,7 +617,14 @@ def ratios(results: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 
 def format_table(results: Dict[str, Any]) -> str:
-  """The run's medians and ratios as a plain-text table."""
+  """The run's medians and ratios as a plain-text table.
+
+  Args:
+    results: what `run` returned.
+
+  Returns:
+    The table and the list of targets (met or not), one line each.
+  """
   rows = [('measure', 'stock', 'ours', 'reverb floor', 'ratio')]
   inserts = {k: _median(v) for k, v in results['insert_steps_per_s'].items()}
   rows.append(('insert steps/s (1 env)', f"{inserts['stock']:,.0f}",

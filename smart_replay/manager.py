@@ -872,6 +872,11 @@ class ReplayBufferManager:
   def num_frames(self) -> int:
     """Returns the number of items in the first table (the seed's meaning).
 
+    It counts what the server holds: an observer sends a stream's items when
+    their chunk (`chunk_length` steps) is complete, at each episode end and
+    on `flush()`, so call `flush()` first for a count that includes the
+    steps just written.
+
     Raises:
       ManagerStateError: if the manager is not started.
       WaitTimeoutError: if the server does not answer in time.
@@ -920,7 +925,9 @@ class ReplayBufferManager:
              'times_sampled_histogram'}},  # {n: items}, if asked
          'env_steps', 'episodes', 'short_episodes', 'short_episode_steps'}
 
-      `inserts`/`samples` are the rate limiter's counters (Reverb counts
+      `items` is what the server holds (call `flush()` first to include
+      items still in an observer's open chunk; `stats()` itself never waits
+      on a blocked table). `inserts`/`samples` are the rate limiter's counters (Reverb counts
       samples prefetched by a dataset); `episodes` per table is Reverb's
       count, which includes the episode in progress. `*_blocked_for_s` is
       how long inserting / sampling has been blocked, measured from the first

@@ -127,6 +127,10 @@ class TrajectoryObserver:
 
   Use it as an `Actor` observer: a callable with `flush()` and `close()`.
 
+  Attributes:
+    chunk_length: the steps per Reverb chunk it writes.
+    num_steps, num_episodes, num_items, items_per_table: what it wrote.
+
   Args:
     client: a `reverb.Client` of the server holding the tables.
     tables: the resolved configs of the tables to write (see
@@ -184,6 +188,13 @@ class TrajectoryObserver:
       raise ValueError(f'chunk_length must be None (automatic) or an integer '
                        f'>= 1, got {chunk_length!r}.')
     specs.validate_trajectory_spec(data_spec)
+    for leaf in specs.flatten_spec(data_spec):
+      if None in leaf.shape:
+        raise ValueError(
+            f'data_spec field {leaf.path!r} has shape {leaf.shape} with an '
+            'unknown dimension; Reverb\'s writer fixes each field\'s shape at '
+            'its first step, so every dimension must be known (pad variable-'
+            'size fields to a fixed size).')
     self._client = client
     self._lock = lock or threading.RLock()
     self._tables = list(tables)
@@ -264,13 +275,9 @@ class TrajectoryObserver:
     outer = () if self._num_envs is None else (self._num_envs,)
     for leaf, dtype, shape, array in zip(self._leaves, self._dtypes,
                                          self._shapes, arrays):
-      if array.dtype == dtype and array.shape == outer + shape:
-        continue  # The usual case: a fully defined spec, matched exactly.
       want = outer + shape
-      shape_ok = len(array.shape) == len(want) and all(
-          w is None or w == g for w, g in zip(want, array.shape))
-      if array.dtype == dtype and shape_ok:
-        continue  # A spec dimension of None.
+      if array.dtype == dtype and array.shape == want:
+        continue
       hint = ''
       if self._num_envs is None and array.ndim and array.shape[1:] == shape:
         hint = (f' It looks batched (outer dimension {array.shape[0]}); '

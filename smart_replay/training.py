@@ -278,7 +278,6 @@ def train_from_starter(
         interrupted = True
         break
       collect.run()
-      observer.flush()  # The phase's last items (in an open chunk) too.
       remaining = num_train_steps - int(train_step.numpy())
       loss = trainer.run(iterations=min(train_steps_per_iteration, remaining))
       now = time.monotonic()

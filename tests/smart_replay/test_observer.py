@@ -398,11 +398,16 @@ def test_items_wait_for_their_chunk_until_flush_or_episode_end(make_manager,
   assert manager.num_frames() == 0  # Their chunk of 16 steps is still open.
   observer.flush()
   assert manager.num_frames() == 3
+  last = np.asarray(StepType.LAST, np.int32)
+  for step_type in (mid, mid, last):  # The episode ends: its items are sent.
+    observer(step._replace(step_type=step_type))
+  assert manager.num_frames() == 6
 
 
 @pytest.mark.parametrize('value', [0, -1, 2.5, True, '8'])
 def test_chunk_length_must_be_a_positive_integer(make_manager, data_spec,
                                                  value):
+  """Both the manager and the observer name the bad value."""
   from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=rf'chunk_length.*{value!r}'):
     make_manager(chunk_length=value)
@@ -458,3 +463,13 @@ def test_a_long_episode_stays_under_reverbs_pending_items_warning(
   observer.flush()
   assert manager.num_frames() == 2999
   assert 'alarmingly high' not in capfd.readouterr().err
+
+
+def test_a_spec_with_an_unknown_dimension_is_refused_up_front(data_spec):
+  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
+  spec = data_spec._replace(reward=tf.TensorSpec([None], tf.float32))
+  with pytest.raises(ValueError, match=r"'reward' has shape \(None,\)"):
+    observer_lib.TrajectoryObserver(
+        None, tables=[tables.TableConfig().resolve(
+            capacity=10, sequence_length=2, stride_length=1)],
+        data_spec=spec)
