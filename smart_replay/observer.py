@@ -49,12 +49,12 @@ MAX_AUTO_CHUNK_LENGTH = 32
 AUTO_CHUNK_BYTES = 32 * 1024
 _FIRST = int(ts.StepType.FIRST)
 _LAST = int(ts.StepType.LAST)
-# Back-pressure: every `_CHECK_EVERY_ITEMS` items, a stream waits (bounded)
-# until at most `max(_MAX_PENDING, chunk_length)` of its items are unconfirmed.
-# This bounds the memory of a writer that runs ahead of the server, and keeps
-# Reverb under its "pending items alarmingly high" warning (50 items).
-_MAX_PENDING = 40
-_CHECK_EVERY_ITEMS = 8
+# Reverb logs "the number of pending items is alarmingly high" above this many
+# created but unconfirmed items per writer. A stream creates the items of a
+# chunk once the chunk is complete, after waiting (bounded) until they fit
+# under this limit: back-pressure that bounds a writer running ahead of the
+# server, and keeps the warning quiet.
+_PENDING_LIMIT = 50
 
 
 def _as_array(value):
@@ -100,7 +100,10 @@ class _Stream:
     self.append = writer._writer.Append  # pylint: disable=protected-access
     self.create_item = writer._writer.CreateItem  # pylint: disable=protected-access
     self.history = collections.deque(maxlen=keep_alive)
-    self.unchecked_items = 0  # Items created since the last back-pressure check.
+    # Items whose last step is in the open chunk: (table, priority, columns),
+    # created when the chunk is complete (see `_PENDING_LIMIT`).
+    self.deferred = []
+    self.chunk_steps = 0  # Steps in the writer's open chunk.
     self.episode_steps = 0  # Steps of the current episode in the writer.
     self.total_steps = 0  # Steps written by this stream (stride alignment).
     # Episode tables: steps of the current piece, and whether the rest of the
@@ -221,9 +224,9 @@ class TrajectoryObserver:
         (t.sequence_length for t in self._sequence_tables), default=None)
     self._timeout_ms = int(timeout_s * 1000)
     self.chunk_length = chunk_length or auto_chunk_length(data_spec)
-    self._keep_alive = max([self.chunk_length] +
-                           [t.item_length for t in self._tables])
-    self._max_pending = max(_MAX_PENDING, self.chunk_length)
+    # An item is created up to chunk_length - 1 steps after its last step.
+    self._keep_alive = self.chunk_length + max(
+        t.item_length for t in self._tables)
     self._streams = [
         _Stream(_new_writer(client, chunk_length=self.chunk_length,
                             keep_alive=self._keep_alive),
@@ -332,11 +335,22 @@ class TrajectoryObserver:
     priority = self._fixed_priority[config.name]
     if priority is None:
       priority = float(self._priority_fn(config.name))
-    stream.create_item(config.name, priority, [list(refs) for refs in zip(
-        *steps)], self._squeeze)
+    stream.deferred.append(
+        (config.name, priority, [list(refs) for refs in zip(*steps)]))
     self.num_items += 1
     self.items_per_table[config.name] += 1
-    stream.unchecked_items += 1
+
+  def _send(self, stream: _Stream) -> bool:
+    """Creates the stream's deferred items once they fit; True if any."""
+    if not stream.deferred:
+      return False
+    room = max(_PENDING_LIMIT - len(stream.deferred), 0)
+    self._wait('flush', lambda: stream.writer.flush(
+        block_until_num_items=room, timeout_ms=self._timeout_ms))
+    for table, priority, columns in stream.deferred:
+      stream.create_item(table, priority, columns, self._squeeze)
+    stream.deferred.clear()
+    return True
 
   def _write(self, stream: _Stream, step: List[np.ndarray]) -> None:
     step_type = int(step[self._step_type])
@@ -345,6 +359,7 @@ class TrajectoryObserver:
       self._end_episode(stream)
     stream.gap = False
     stream.history.append(stream.append(step))
+    stream.chunk_steps += 1
     stream.episode_steps += 1
     stream.total_steps += 1
     self.num_steps += 1
@@ -372,10 +387,9 @@ class TrajectoryObserver:
     if step_type == _LAST:
       self.num_episodes += 1
       self._end_episode(stream)
-    elif stream.unchecked_items >= _CHECK_EVERY_ITEMS:
-      stream.unchecked_items = 0
-      self._wait('flush', lambda: stream.writer.flush(
-          block_until_num_items=self._max_pending, timeout_ms=self._timeout_ms))
+    elif stream.chunk_steps == self.chunk_length:  # The chunk is complete.
+      stream.chunk_steps = 0
+      self._send(stream)
 
   def _end_episode(self, stream: _Stream) -> None:
     """Writes the episode tables' last items and closes the episode."""
@@ -395,8 +409,10 @@ class TrajectoryObserver:
       self.num_short_episodes += 1
       self.num_short_episode_steps += steps
     stream.episode_steps = 0
+    self._send(stream)
     if self._clear_at_episode_end:
       stream.history.clear()  # The writer drops these cells' references.
+    stream.chunk_steps = 0  # The writer closes (or drops) its open chunk.
     self._wait('the end of an episode', lambda: stream.writer.end_episode(
         clear_buffers=self._clear_at_episode_end, timeout_ms=self._timeout_ms))
 
@@ -441,6 +457,8 @@ class TrajectoryObserver:
       if self._closed:
         return
       for stream in self._streams:
+        if self._send(stream):
+          stream.chunk_steps = 0  # The flush closes the chunk they are in.
         self._wait('flush', lambda: stream.writer.flush(  # pylint: disable=cell-var-from-loop
             timeout_ms=self._timeout_ms))
 
@@ -464,7 +482,8 @@ class TrajectoryObserver:
         for stream in self._streams:
           stream.writer.close()
           stream.history.clear()
-          stream.episode_steps = stream.total_steps = 0
+          stream.deferred.clear()
+          stream.episode_steps = stream.total_steps = stream.chunk_steps = 0
 
   def reset_counters(self) -> None:
     """Sets every counter of this observer back to zero."""
