@@ -330,28 +330,35 @@ def _write_reverb_floor(client: reverb.Client, spec, steps, *, num_envs=None,
                         chunk_length=None) -> float:
   """Writes `steps` with Reverb's C++ writer calls alone; returns seconds.
 
-  The same chunks and items as our observer, from a minimal Python loop with
-  no validation or bookkeeping: the speed limit of Reverb's
+  The same chunks and items as our observer, created the same way (a chunk's
+  items once it is complete), from a minimal Python loop with no validation,
+  bookkeeping or back-pressure: the speed limit of Reverb's
   `TrajectoryWriter` on this machine.
   """
   del num_envs  # Unbatched only.
   length = chunk_length or observer_lib.auto_chunk_length(spec)
   writer = observer_lib._new_writer(  # pylint: disable=protected-access
-      client, chunk_length=length, keep_alive=max(length, SEQUENCE_LENGTH))
+      client, chunk_length=length, keep_alive=length + SEQUENCE_LENGTH)
   append, create_item = writer._writer.Append, writer._writer.CreateItem  # pylint: disable=protected-access
   squeeze = [False] * len(tree.flatten(spec))
   start = time.perf_counter()
   try:
-    previous = None
+    previous, items, in_chunk = None, [], 0
     for step in steps:
       refs = append(tree.flatten(step))
+      in_chunk += 1
       if previous is not None:
-        create_item(TABLE, 1.0, [[a, b] for a, b in zip(previous, refs)],
-                    squeeze)
+        items.append([[a, b] for a, b in zip(previous, refs)])
       previous = refs
+      if in_chunk == length or step.step_type == 2:
+        for columns in items:
+          create_item(TABLE, 1.0, columns, squeeze)
+        items, in_chunk = [], 0
       if step.step_type == 2:
         writer.end_episode(timeout_ms=600_000)
         previous = None
+    for columns in items:
+      create_item(TABLE, 1.0, columns, squeeze)
     writer.flush(timeout_ms=600_000)
     return time.perf_counter() - start
   finally:
