@@ -19,12 +19,13 @@ observer
 
 Speed: the stock observers go through the Python layer of Reverb's
 `TrajectoryWriter` (its history bookkeeping and item slicing cost more than
-Reverb's C++ itself) and let Reverb auto-tune chunks of one or two steps per
-column. This observer keeps its own history of the C++ writer's cell
-references, creates items with one C++ call each, and groups each column into
-chunks of `chunk_length` steps (Reverb still validates every item against the
-table signature). Items reach the server when their chunk is complete, at every
-episode end, and on `flush()`.
+Reverb's C++ itself) and let Reverb auto-tune chunks of at most
+`sequence_length + 1` steps per column. This observer keeps its own history of
+the C++ writer's cell references, groups each column into chunks of
+`chunk_length` steps, and creates a chunk's items together, one C++ call each,
+once the chunk is complete (Reverb still validates every item against the
+table signature). Items reach the server then, at every episode end, and on
+`flush()`.
 """
 
 import collections
