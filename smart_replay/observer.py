@@ -50,12 +50,12 @@ MAX_AUTO_CHUNK_LENGTH = 32
 AUTO_CHUNK_BYTES = 32 * 1024
 _FIRST = int(ts.StepType.FIRST)
 _LAST = int(ts.StepType.LAST)
-# Reverb logs "the number of pending items is alarmingly high" above this many
-# created but unconfirmed items per writer. A stream creates the items of a
-# chunk once the chunk is complete, after waiting (bounded) until they fit
-# under this limit: back-pressure that bounds a writer running ahead of the
-# server, and keeps the warning quiet.
-_PENDING_LIMIT = 50
+# Reverb logs "the number of pending items is alarmingly high" once 50 or more
+# items of a writer are created but unconfirmed (seen at exactly 50). A stream
+# creates the items of a chunk once the chunk is complete, after waiting
+# (bounded) until at most this many would be pending: back-pressure that
+# bounds a writer running ahead of the server, and keeps the warning quiet.
+_PENDING_LIMIT = 49
 
 
 def _as_array(value):
