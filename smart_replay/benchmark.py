@@ -448,6 +448,95 @@ def _median(values: List[float]) -> float:
   return float(statistics.median(values))
 
 
+def _measure_inserts(workload: Workload, spec, servers
+                     ) -> Dict[str, List[float]]:
+  """Steps/s of every writer, one value per repeat, in alternating order."""
+  per_repeat = workload.steps_per_repeat
+  writers = {'stock': _write_stock, 'ours': _write_ours,
+             'ours_batched': _write_ours, 'reverb_floor': _write_reverb_floor}
+  inserts = {name: [] for name in writers}
+  started = time.monotonic()
+  for repeat in range(workload.repeats):
+    steps = make_steps(workload, repeat * per_repeat, per_repeat)
+    batched = make_steps(workload, repeat * per_repeat,
+                         per_repeat // workload.num_envs, workload.num_envs)
+    jobs = [('stock', 'stock', steps, None), ('ours', 'ours', steps, None),
+            ('ours_batched', 'sink', batched, workload.num_envs),
+            ('reverb_floor', 'sink', steps, None)]
+    for name, server, stream, num_envs in (
+        jobs if repeat % 2 == 0 else jobs[::-1]):  # Alternate the order.
+      seconds = writers[name](servers[server].client, spec, stream,
+                              num_envs=num_envs,
+                              chunk_length=workload.chunk_length)
+      inserts[name].append(len(stream) * (num_envs or 1) / seconds)
+    elapsed = time.monotonic() - started
+    logging.info(
+        'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
+        'floor %.0f steps/s; ETA %.0f s', repeat + 1, workload.repeats,
+        inserts['stock'][-1], inserts['ours'][-1],
+        inserts['ours_batched'][-1], inserts['reverb_floor'][-1],
+        elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
+  return inserts
+
+
+def _measure_checkpoints(spec, capacity: int, items: Dict[str, int], servers,
+                         work: str) -> Dict[str, Dict[str, Any]]:
+  """Checkpoints and restores the 'stock' and 'ours' buffers (stops them)."""
+  checkpoints = {}
+  for name in ('stock', 'ours'):
+    start = time.perf_counter()
+    path = _reverb_checkpoint(servers[name].client)
+    if name == 'ours':  # What the manager adds to Reverb's save.
+      path = _commit_like_the_manager(path, spec, capacity, items[name],
+                                      os.path.join(work, 'ours_buffer'))
+    checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
+                  'bytes': _folder_bytes(path), 'items': items[name]}
+    servers.pop(name).close()
+    start = time.perf_counter()
+    if name == 'ours':  # The manager verifies every file before loading.
+      checkpoints_lib.verify(path)
+    verify_seconds = time.perf_counter() - start
+    with ServerProcess(spec, capacity, os.path.join(work, f'{name}_restored'),
+                       fallback=path) as restored:
+      checkpoint['restore_seconds'] = restored.load_seconds + verify_seconds
+      checkpoint['restored_items'] = restored.items()
+    checkpoints[name] = checkpoint
+    logging.info('checkpoint of the %s buffer: %.2f s, %.1f MB, restore '
+                 '%.2f s', name, checkpoint['seconds'],
+                 checkpoint['bytes'] / 1e6, checkpoint['restore_seconds'])
+  return checkpoints
+
+
+def _measure_sampling(workload: Workload, spec, capacity: int,
+                      checkpoint: str, root: str) -> Dict[str, List[float]]:
+  """Transitions/s of every pipeline on one restored buffer, 3 repeats.
+
+  Sampling runs where a learner runs: in the process of the server (as with
+  ReplayBufferManager), where Reverb hands samples over without serializing
+  them.
+  """
+  server = reverb.Server(
+      [tables_lib.make_table(_table_config(capacity), spec)],
+      checkpointer=reverb.checkpointers.DefaultCheckpointer(
+          root, fallback_checkpoint_path=checkpoint))
+  try:
+    client = reverb.Client(f'localhost:{server.port}')
+    rates = {'stock': [], 'ours': [], 'reverb_floor': []}
+    for repeat in range(3):
+      for name, make in (('stock', _stock_dataset), ('ours', _our_dataset),
+                         ('reverb_floor', _floor_dataset)):
+        rates[name].append(_rate(make(client, spec, workload.batch_size),
+                                 workload.sample_batches, workload.batch_size))
+      logging.info('sampling %s, repeat %d/3: stock %.0f, ours %.0f, reverb '
+                   'floor %.0f transitions/s', os.path.basename(root),
+                   repeat + 1,
+                   rates['stock'][-1], rates['ours'][-1],
+                   rates['reverb_floor'][-1])
+    return rates
+  finally:
+    server.stop()
+
+
 def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
   """Runs the benchmark and writes `benchmark.json` and `benchmark.png`.
 
@@ -480,104 +569,31 @@ def run(workload: Workload, output_dir: str) -> Dict[str, Any]:
       'chunk_length': (workload.chunk_length or
                        observer_lib.auto_chunk_length(spec)),
       'raw_bytes_per_step': raw_bytes_per_step(spec)}
-  inserts = {'stock': [], 'ours': [], 'ours_batched': [], 'reverb_floor': []}
   servers = {}
   try:
     for name in ('stock', 'ours', 'sink'):  # 'sink': batched and floor writes.
       servers[name] = ServerProcess(spec, 2 * total, os.path.join(work, name))
     rss_start = {name: servers[name].rss() for name in ('stock', 'ours')}
-    started = time.monotonic()
-    for repeat in range(workload.repeats):
-      steps = make_steps(workload, repeat * per_repeat, per_repeat)
-      batched = make_steps(workload, repeat * per_repeat,
-                           per_repeat // workload.num_envs, workload.num_envs)
-      jobs = [('stock', 'stock', steps, None), ('ours', 'ours', steps, None),
-              ('ours_batched', 'sink', batched, workload.num_envs),
-              ('reverb_floor', 'sink', steps, None)]
-      writers = {'stock': _write_stock, 'ours': _write_ours,
-                 'ours_batched': _write_ours,
-                 'reverb_floor': _write_reverb_floor}
-      for name, server, stream, num_envs in (
-          jobs if repeat % 2 == 0 else jobs[::-1]):  # Alternate the order.
-        seconds = writers[name](servers[server].client, spec, stream,
-                                num_envs=num_envs,
-                                chunk_length=workload.chunk_length)
-        inserts[name].append(len(stream) * (num_envs or 1) / seconds)
-      elapsed = time.monotonic() - started
-      logging.info(
-          'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
-          'floor %.0f steps/s; ETA %.0f s', repeat + 1, workload.repeats,
-          inserts['stock'][-1], inserts['ours'][-1],
-          inserts['ours_batched'][-1], inserts['reverb_floor'][-1],
-          elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
-    results['insert_steps_per_s'] = inserts
+    results['insert_steps_per_s'] = _measure_inserts(workload, spec, servers)
     items = {name: servers[name].items() for name in ('stock', 'ours')}
-    rss_growth = {name: servers[name].rss() - rss_start[name]
-                  for name in ('stock', 'ours')}
     results['memory'] = {
-        name: {'rss_growth_bytes': rss_growth[name],
-               'per_million_steps': rss_growth[name] / total * 1e6,
-               'items': items[name]} for name in rss_growth}
+        name: {'rss_growth_bytes': servers[name].rss() - rss_start[name],
+               'items': items[name]} for name in ('stock', 'ours')}
+    for name in ('stock', 'ours'):
+      results['memory'][name]['per_million_steps'] = (
+          results['memory'][name]['rss_growth_bytes'] / total * 1e6)
     results['memory']['raw_per_million_steps'] = (
         results['raw_bytes_per_step'] * 1e6)
-
     servers.pop('sink').close()
-
-    checkpoints = {}
-    for name in ('stock', 'ours'):
-      start = time.perf_counter()
-      path = _reverb_checkpoint(servers[name].client)
-      if name == 'ours':  # What the manager adds to Reverb's save.
-        path = _commit_like_the_manager(path, spec, 2 * total, items[name],
-                                        os.path.join(work, 'ours_buffer'))
-      checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
-                    'bytes': _folder_bytes(path), 'items': items[name]}
-      servers.pop(name).close()
-      start = time.perf_counter()
-      if name == 'ours':  # The manager verifies every file before loading.
-        checkpoints_lib.verify(path)
-      verify_seconds = time.perf_counter() - start
-      with ServerProcess(spec, 2 * total,
-                         os.path.join(work, f'{name}_restored'),
-                         fallback=path) as restored:
-        checkpoint['restore_seconds'] = restored.load_seconds + verify_seconds
-        checkpoint['restored_items'] = restored.items()
-      checkpoints[name] = checkpoint
-      logging.info('checkpoint of the %s buffer: %.2f s, %.1f MB, restore '
-                   '%.2f s', name, checkpoint['seconds'],
-                   checkpoint['bytes'] / 1e6, checkpoint['restore_seconds'])
+    checkpoints = _measure_checkpoints(spec, 2 * total, items, servers, work)
     results['checkpoint'] = {
         name: {k: v for k, v in c.items() if k != 'path'}
         for name, c in checkpoints.items()}
-
-    # Sampling runs where a learner runs: in the process of the server (as
-    # with ReplayBufferManager), where Reverb hands samples over without
-    # serializing them.
-    samples = {}
-    for buffer in ('ours', 'stock'):
-      server = reverb.Server(
-          [tables_lib.make_table(_table_config(2 * total), spec)],
-          checkpointer=reverb.checkpointers.DefaultCheckpointer(
-              os.path.join(work, f'{buffer}_sampled'),
-              fallback_checkpoint_path=checkpoints[buffer]['path']))
-      try:
-        client = reverb.Client(f'localhost:{server.port}')
-        rates = {'stock': [], 'ours': [], 'reverb_floor': []}
-        for repeat in range(3):
-          for name, make in (('stock', _stock_dataset),
-                             ('ours', _our_dataset),
-                             ('reverb_floor', _floor_dataset)):
-            rates[name].append(_rate(make(client, spec, workload.batch_size),
-                                     workload.sample_batches,
-                                     workload.batch_size))
-          logging.info('sampling the %s buffer, repeat %d/3: stock %.0f, ours '
-                       '%.0f, reverb floor %.0f transitions/s', buffer,
-                       repeat + 1, rates['stock'][-1], rates['ours'][-1],
-                       rates['reverb_floor'][-1])
-      finally:
-        server.stop()
-      samples[f'{buffer}_buffer'] = rates
-    results['sample_transitions_per_s'] = samples
+    results['sample_transitions_per_s'] = {
+        f'{buffer}_buffer': _measure_sampling(
+            workload, spec, 2 * total, checkpoints[buffer]['path'],
+            os.path.join(work, f'{buffer}_sampled'))
+        for buffer in ('ours', 'stock')}
   finally:
     for server in servers.values():
       server.close()
