@@ -927,8 +927,8 @@ class ReplayBufferManager:
 
       `items` is what the server holds (call `flush()` first to include
       items still in an observer's open chunk; `stats()` itself never waits
-      on a blocked table). `inserts`/`samples` are the rate limiter's counters (Reverb counts
-      samples prefetched by a dataset); `episodes` per table is Reverb's
+      on a blocked table). `inserts`/`samples` are the rate limiter's
+      counters (Reverb counts samples prefetched by a dataset); `episodes` per table is Reverb's
       count, which includes the episode in progress. `*_blocked_for_s` is
       how long inserting / sampling has been blocked, measured from the first
       `stats()` call that saw it blocked (0 when not blocked);
