@@ -422,12 +422,14 @@ class ReplayBufferManager:
                  restored, self._steps_offset)
 
   def _start(self, fallback: Optional[str]) -> None:
-    tables = [tables_lib.make_table(c, self._data_spec)
+    def make_tables():
+      return [tables_lib.make_table(c, self._data_spec)
               for c in self._table_configs]
     root = self._store.prepare_reverb_root()
     self._server, self._client = server_lib.start_local_server(
-        tables, checkpoint_root=root, fallback_checkpoint=fallback,
+        make_tables, checkpoint_root=root, fallback_checkpoint=fallback,
         port=self._port, connect_timeout_s=self._connect_timeout_s)
+    tables = make_tables()  # What was requested, to compare with the server.
     try:
       info = server_lib.server_info(self._client, self._connect_timeout_s)
       diffs = [d for t in tables

@@ -1,12 +1,29 @@
 """Starting a local Reverb server and talking to it with timeouts."""
 
 import math
-from typing import Dict, Optional, Sequence
+import socket
+from typing import Callable, Dict, Optional, Sequence
 
+from absl import logging
 import portpicker
 import reverb
 
 from smart_replay import errors
+
+# Tries at starting a server on a port picked here before giving up.
+START_ATTEMPTS = 3
+
+
+def _free_port() -> int:
+  """A port the OS just gave out as free.
+
+  Reverb's own choice (`portpicker`) reuses ports of servers stopped moments
+  ago, whose gRPC listener may still be shutting down; a new server there can
+  start but never answer.
+  """
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    probe.bind(('localhost', 0))
+    return probe.getsockname()[1]
 
 
 def server_info(client: reverb.Client, timeout_s: float
@@ -33,7 +50,8 @@ def server_info(client: reverb.Client, timeout_s: float
     ) from e
 
 
-def start_local_server(tables: Sequence[reverb.Table], *, checkpoint_root: str,
+def start_local_server(make_tables: Callable[[], Sequence[reverb.Table]], *,
+                       checkpoint_root: str,
                        fallback_checkpoint: Optional[str] = None,
                        port: Optional[int] = None,
                        connect_timeout_s: float = 10.0):
@@ -44,11 +62,14 @@ def start_local_server(tables: Sequence[reverb.Table], *, checkpoint_root: str,
   `CheckpointStore.prepare_reverb_root`) so that only the fallback can load.
 
   Args:
-    tables: the tables to serve.
+    make_tables: returns new `reverb.Table`s to serve (called once per
+      attempt: a table belongs to the server it was started with).
     checkpoint_root: Reverb's checkpoint root.
     fallback_checkpoint: one specific checkpoint folder to restore, or None.
-    port: TCP port; None picks a free one. An explicit port must be free
-      (Reverb would otherwise start silently on a port already in use).
+    port: TCP port; None picks a free one (and, if the new server does not
+      answer or the port is taken meanwhile, starts it again on another port,
+      up to `START_ATTEMPTS` times). An explicit port must be free (Reverb
+      would otherwise start silently on a port already in use).
     connect_timeout_s: how long to wait for the new server to answer.
 
   Returns:
@@ -61,13 +82,30 @@ def start_local_server(tables: Sequence[reverb.Table], *, checkpoint_root: str,
   if port is not None and not portpicker.is_port_free(port):
     raise ValueError(f'port {port} is already in use; pass another port or '
                      'port=None to pick a free one.')
-  checkpointer = reverb.checkpointers.DefaultCheckpointer(
-      checkpoint_root, fallback_checkpoint_path=fallback_checkpoint)
-  server = reverb.Server(list(tables), port=port, checkpointer=checkpointer)
-  client = reverb.Client(f'localhost:{server.port}')
-  try:
-    server_info(client, connect_timeout_s)
-  except errors.WaitTimeoutError:
-    server.stop()
-    raise
-  return server, client
+  attempts = 1 if port is not None else START_ATTEMPTS
+  for attempt in range(1, attempts + 1):
+    chosen = port if port is not None else _free_port()
+    checkpointer = reverb.checkpointers.DefaultCheckpointer(
+        checkpoint_root, fallback_checkpoint_path=fallback_checkpoint)
+    try:
+      server = reverb.Server(list(make_tables()), port=chosen,
+                             checkpointer=checkpointer)
+    except ValueError as e:  # gRPC could not bind: the port was taken.
+      if attempt == attempts or 'BuildAndStart' not in str(e):
+        raise
+      logging.warning('Port %d was taken before the Reverb server could bind '
+                      'it (%s); trying another port (attempt %d of %d).',
+                      chosen, e, attempt + 1, attempts)
+      continue
+    client = reverb.Client(f'localhost:{server.port}')
+    try:
+      server_info(client, connect_timeout_s)
+      return server, client
+    except errors.WaitTimeoutError:
+      server.stop()
+      if attempt == attempts:
+        raise
+      logging.warning('The new Reverb server on port %d did not answer within '
+                      '%g s; starting it again on another port (attempt %d of '
+                      '%d).', chosen, connect_timeout_s, attempt + 1, attempts)
+  raise AssertionError('unreachable')  # The last attempt returns or raises.
