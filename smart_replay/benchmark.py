@@ -306,14 +306,12 @@ def _write_all(observer, steps) -> float:
     observer.close()
 
 
-def _write_stock(client: reverb.Client, spec, steps, *, num_envs=None,
-                 chunk_length=None) -> float:
+def _write_stock(client: reverb.Client, steps) -> float:
   """Writes `steps` through TF-Agents' `ReverbAddTrajectoryObserver`.
 
   Its waits have no timeout (that is the stock behaviour); the table never
   blocks inserts here.
   """
-  del spec, num_envs, chunk_length  # Stock takes neither.
   return _write_all(reverb_utils.ReverbAddTrajectoryObserver(
       client, TABLE, sequence_length=SEQUENCE_LENGTH, stride_length=1), steps)
 
@@ -326,7 +324,7 @@ def _write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
       chunk_length=chunk_length), steps)
 
 
-def _write_reverb_floor(client: reverb.Client, spec, steps, *, num_envs=None,
+def _write_reverb_floor(client: reverb.Client, spec, steps, *,
                         chunk_length=None) -> float:
   """Writes `steps` with Reverb's C++ writer calls alone; returns seconds.
 
@@ -335,7 +333,6 @@ def _write_reverb_floor(client: reverb.Client, spec, steps, *, num_envs=None,
   bookkeeping or back-pressure: the speed limit of Reverb's
   `TrajectoryWriter` on this machine.
   """
-  del num_envs  # Unbatched only.
   length = chunk_length or observer_lib.auto_chunk_length(spec)
   writer = observer_lib._new_writer(  # pylint: disable=protected-access
       client, chunk_length=length, keep_alive=length + SEQUENCE_LENGTH)
@@ -452,23 +449,27 @@ def _measure_inserts(workload: Workload, spec, servers
                      ) -> Dict[str, List[float]]:
   """Steps/s of every writer, one value per repeat, in alternating order."""
   per_repeat = workload.steps_per_repeat
-  writers = {'stock': _write_stock, 'ours': _write_ours,
-             'ours_batched': _write_ours, 'reverb_floor': _write_reverb_floor}
-  inserts = {name: [] for name in writers}
+  chunk_length, num_envs = workload.chunk_length, workload.num_envs
+  clients = {name: server.client for name, server in servers.items()}
+  inserts = {'stock': [], 'ours': [], 'ours_batched': [], 'reverb_floor': []}
   started = time.monotonic()
   for repeat in range(workload.repeats):
     steps = make_steps(workload, repeat * per_repeat, per_repeat)
     batched = make_steps(workload, repeat * per_repeat,
-                         per_repeat // workload.num_envs, workload.num_envs)
-    jobs = [('stock', 'stock', steps, None), ('ours', 'ours', steps, None),
-            ('ours_batched', 'sink', batched, workload.num_envs),
-            ('reverb_floor', 'sink', steps, None)]
-    for name, server, stream, num_envs in (
-        jobs if repeat % 2 == 0 else jobs[::-1]):  # Alternate the order.
-      seconds = writers[name](servers[server].client, spec, stream,
-                              num_envs=num_envs,
-                              chunk_length=workload.chunk_length)
-      inserts[name].append(len(stream) * (num_envs or 1) / seconds)
+                         per_repeat // num_envs, num_envs)
+    # (name, env-steps written, writer); 'sink' takes batched and floor writes.
+    jobs = [
+        ('stock', len(steps), lambda: _write_stock(clients['stock'], steps)),  # pylint: disable=cell-var-from-loop
+        ('ours', len(steps), lambda: _write_ours(  # pylint: disable=cell-var-from-loop
+            clients['ours'], spec, steps, chunk_length=chunk_length)),
+        ('ours_batched', len(batched) * num_envs, lambda: _write_ours(  # pylint: disable=cell-var-from-loop
+            clients['sink'], spec, batched, num_envs=num_envs,
+            chunk_length=chunk_length)),
+        ('reverb_floor', len(steps), lambda: _write_reverb_floor(  # pylint: disable=cell-var-from-loop
+            clients['sink'], spec, steps, chunk_length=chunk_length)),
+    ]
+    for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
+      inserts[name].append(count / write())  # Alternating the order.
     elapsed = time.monotonic() - started
     logging.info(
         'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '

@@ -82,30 +82,40 @@ def start_local_server(make_tables: Callable[[], Sequence[reverb.Table]], *,
   if port is not None and not portpicker.is_port_free(port):
     raise ValueError(f'port {port} is already in use; pass another port or '
                      'port=None to pick a free one.')
-  attempts = 1 if port is not None else START_ATTEMPTS
-  for attempt in range(1, attempts + 1):
-    chosen = port if port is not None else _free_port()
-    checkpointer = reverb.checkpointers.DefaultCheckpointer(
-        checkpoint_root, fallback_checkpoint_path=fallback_checkpoint)
+  if port is not None:
+    return _start_once(make_tables, port, checkpoint_root, fallback_checkpoint,
+                       connect_timeout_s)
+  for attempt in range(1, START_ATTEMPTS):
+    chosen = _free_port()
     try:
-      server = reverb.Server(list(make_tables()), port=chosen,
-                             checkpointer=checkpointer)
-    except ValueError as e:  # gRPC could not bind: the port was taken.
-      if attempt == attempts or 'BuildAndStart' not in str(e):
-        raise
-      logging.warning('Port %d was taken before the Reverb server could bind '
-                      'it (%s); trying another port (attempt %d of %d).',
-                      chosen, e, attempt + 1, attempts)
-      continue
-    client = reverb.Client(f'localhost:{server.port}')
-    try:
-      server_info(client, connect_timeout_s)
-      return server, client
-    except errors.WaitTimeoutError:
-      server.stop()
-      if attempt == attempts:
-        raise
-      logging.warning('The new Reverb server on port %d did not answer within '
-                      '%g s; starting it again on another port (attempt %d of '
-                      '%d).', chosen, connect_timeout_s, attempt + 1, attempts)
-  raise AssertionError('unreachable')  # The last attempt returns or raises.
+      return _start_once(make_tables, chosen, checkpoint_root,
+                         fallback_checkpoint, connect_timeout_s)
+    except (ValueError, errors.WaitTimeoutError) as e:
+      if isinstance(e, ValueError) and 'BuildAndStart' not in str(e):
+        raise  # Not a port taken meanwhile.
+      logging.warning('The Reverb server on port %d did not start or answer '
+                      '(%s); starting it on another port (attempt %d of %d).',
+                      chosen, e, attempt + 1, START_ATTEMPTS)
+  return _start_once(make_tables, _free_port(), checkpoint_root,
+                     fallback_checkpoint, connect_timeout_s)
+
+
+def _start_once(make_tables, port: int, checkpoint_root: str,
+                fallback_checkpoint: Optional[str], connect_timeout_s: float):
+  """Starts one server on `port` and waits for it to answer.
+
+  Raises:
+    ValueError: if gRPC cannot bind the port ('Failed to BuildAndStart').
+    WaitTimeoutError: if the server does not answer (it is stopped).
+  """
+  server = reverb.Server(
+      list(make_tables()), port=port,
+      checkpointer=reverb.checkpointers.DefaultCheckpointer(
+          checkpoint_root, fallback_checkpoint_path=fallback_checkpoint))
+  client = reverb.Client(f'localhost:{server.port}')
+  try:
+    server_info(client, connect_timeout_s)
+  except errors.WaitTimeoutError:
+    server.stop()
+    raise
+  return server, client

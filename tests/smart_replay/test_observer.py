@@ -5,11 +5,20 @@ import time
 
 import numpy as np
 import pytest
+import reverb
 import tensorflow as tf
-import tree
+from tf_agents.environments import batched_py_environment
+from tf_agents.policies import random_py_policy
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.train import actor
+from tf_agents.train.utils import train_utils
 from tf_agents.trajectories import StepType
+from tf_agents.trajectories import trajectory as trajectory_lib
+import tree
 
+from smart_replay import benchmark
 from smart_replay import errors
+from smart_replay import observer as observer_lib
 from smart_replay import tables
 from tests import conftest
 
@@ -80,8 +89,7 @@ def _one_step(env, policy):
   time_step = env.reset()
   step = policy.action(time_step)
   next_step = env.step(step.action)
-  from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
-  return trajectory.from_transition(time_step, step, next_step)
+  return trajectory_lib.from_transition(time_step, step, next_step)
 
 
 def test_bad_dtype_is_rejected_before_writing(make_manager, env):
@@ -233,10 +241,6 @@ def test_sequence_items_cross_episodes_only_when_asked(make_manager):
 
 def test_batched_observer_equals_one_observer_per_environment(make_manager,
                                                               tmp_path):
-  from tf_agents.environments import batched_py_environment  # pylint: disable=g-import-not-at-top
-  from tf_agents.policies import random_py_policy
-  from tf_agents.train import actor
-  from tf_agents.train.utils import train_utils
   envs = [conftest.make_env(seed=i, max_duration=3 + 4 * i) for i in range(4)]
   batched_env = batched_py_environment.BatchedPyEnvironment(envs)
   policy = random_py_policy.RandomPyPolicy(
@@ -286,9 +290,6 @@ def test_batched_observer_checks_the_batch_dimension(make_manager, env):
 def test_batched_stream_after_a_failed_call_starts_a_new_episode(make_manager):
   """If environment 0's write times out, environment 1's step of that call is
   lost: its next step must not join the episode across the gap."""
-  from tf_agents.environments import batched_py_environment  # pylint: disable=g-import-not-at-top
-  from tf_agents.policies import random_py_policy
-  from tf_agents.trajectories import trajectory as trajectory_lib
   manager = make_manager(num_envs=2, write_timeout_s=0.3, table_configs=[
       tables.TableConfig(samples_per_insert=1.0, error_buffer=3.0),
       _queue('all')])
@@ -334,6 +335,9 @@ def test_batched_stream_after_a_failed_call_starts_a_new_episode(make_manager):
 
 # ------------------------------------------- same items as the stock observer
 
+_PAIRS = tables.TableConfig().resolve(capacity=10, sequence_length=2,
+                                      stride_length=1)
+
 def _read_in_order(client, table):
   """Every item of a FIFO `max_times_sampled=1` table, in insertion order."""
   size = client.server_info(timeout=10)[table].current_size
@@ -348,9 +352,6 @@ def _read_in_order(client, table):
 def test_same_items_as_the_stock_tf_agents_observer(
     data_spec, sequence_length, stride_length, chunk_length):
   """Our fast path and ReverbAddTrajectoryObserver store identical items."""
-  import reverb  # pylint: disable=g-import-not-at-top
-  from tf_agents.replay_buffers import reverb_utils  # pylint: disable=g-import-not-at-top
-  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
   configs = {
       name: tables.TableConfig(
           name=name, sampler='fifo', max_times_sampled=1).resolve(
@@ -408,19 +409,15 @@ def test_items_wait_for_their_chunk_until_flush_or_episode_end(make_manager,
 def test_chunk_length_must_be_a_positive_integer(make_manager, data_spec,
                                                  value):
   """Both the manager and the observer name the bad value."""
-  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=rf'chunk_length.*{value!r}'):
     make_manager(chunk_length=value)
   with pytest.raises(ValueError, match=r'chunk_length must be None'):
     observer_lib.TrajectoryObserver(
-        None, tables=[tables.TableConfig().resolve(
-            capacity=10, sequence_length=2, stride_length=1)],
+        None, tables=[_PAIRS],
         data_spec=data_spec, chunk_length=value)
 
 
 def test_automatic_chunk_length_shrinks_for_large_steps():
-  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
-  from smart_replay import benchmark  # pylint: disable=g-import-not-at-top
   assert observer_lib.auto_chunk_length(benchmark.data_spec(32)) == 32
   assert observer_lib.auto_chunk_length(benchmark.data_spec(1024)) == 8
   assert observer_lib.auto_chunk_length(benchmark.data_spec(10**6)) == 1
@@ -468,10 +465,8 @@ def test_a_long_episode_stays_under_reverbs_pending_items_warning(
 
 
 def test_a_spec_with_an_unknown_dimension_is_refused_up_front(data_spec):
-  from smart_replay import observer as observer_lib  # pylint: disable=g-import-not-at-top
   spec = data_spec._replace(reward=tf.TensorSpec([None], tf.float32))
   with pytest.raises(ValueError, match=r"'reward' has shape \(None,\)"):
     observer_lib.TrajectoryObserver(
-        None, tables=[tables.TableConfig().resolve(
-            capacity=10, sequence_length=2, stride_length=1)],
+        None, tables=[_PAIRS],
         data_spec=spec)
