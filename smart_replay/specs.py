@@ -7,6 +7,7 @@ compare field by field.
 """
 
 import base64
+import os
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -247,3 +248,50 @@ def diff_spec_leaves(stored: List[dict], requested: List[dict],
       field = prefix if path == '<root>' else f'{prefix}/{path}'
       diffs.append((field, a_text, b_text))
   return diffs
+
+
+def save_spec(path: str, data_spec: Any) -> None:
+  """Writes a spec nest to a text file with TF-Agents' spec serialization.
+
+  The file is what `tf_agents.specs.tensor_spec.to_pbtxt_file` writes (the
+  format of a saved policy's `policy_specs.pbtxt`), so it can be read back by
+  `load_spec` or by TF-Agents itself, e.g. on another machine.
+
+  Args:
+    path: the file to write (its folder is created).
+    data_spec: a nest of `tf.TensorSpec`/`BoundedTensorSpec` (or array specs),
+      e.g. `agent.collect_data_spec`.
+
+  Raises:
+    ValueError: if `data_spec` is not a valid spec nest.
+  """
+  data_spec = tensor_spec.from_spec(data_spec)
+  validate_data_spec(data_spec)
+  tensor_spec.to_pbtxt_file(os.fspath(path), data_spec)
+
+
+def load_spec(path: str) -> Any:
+  """Reads a spec nest written by `save_spec` (or `to_pbtxt_file`).
+
+  Args:
+    path: a `.pbtxt` spec file.
+
+  Returns:
+    The spec nest; a top-level trajectory comes back as TF-Agents'
+    `Trajectory`.
+
+  Raises:
+    FileNotFoundError: if `path` does not exist.
+    ValueError: if the file is not a TF-Agents spec file; names the path.
+  """
+  path = os.fspath(path)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'spec file {path!r} does not exist; write it with '
+                            'smart_replay.specs.save_spec(path, '
+                            'agent.collect_data_spec).')
+  try:
+    spec = tensor_spec.from_pbtxt_file(path)
+  except Exception as e:  # text_format.ParseError and decoder errors.
+    raise ValueError(f'spec file {path!r} is not a TF-Agents spec file '
+                     f'(tensor_spec.to_pbtxt_file): {e}') from e
+  return as_trajectory(spec)
