@@ -23,10 +23,12 @@ from smart_replay.errors import CheckpointNotFoundError
 from smart_replay.errors import ManagerStateError
 from smart_replay.errors import ManifestMismatchError
 from smart_replay.errors import PrefillWouldBlockError
+from smart_replay.errors import ServerUnavailableError
 from smart_replay.errors import SmartReplayError
 from smart_replay.errors import TrajectorySpecError
 from smart_replay.errors import WaitTimeoutError
 from smart_replay.errors import WouldBlockError
+from smart_replay.errors import WriteFailedError
 from smart_replay.dataset import ReplayInfo
 from smart_replay.manager import ReplayBufferManager
 from smart_replay.observer import TrajectoryObserver
@@ -43,10 +45,12 @@ __all__ = [
     'PrefillWouldBlockError',
     'ReplayBufferManager',
     'ReplayInfo',
+    'ServerUnavailableError',
     'SmartReplayError',
     'TableConfig',
     'TrajectoryObserver',
     'TrajectorySpecError',
     'WaitTimeoutError',
     'WouldBlockError',
+    'WriteFailedError',
 ]

@@ -42,6 +42,17 @@ class WaitTimeoutError(SmartReplayError, TimeoutError):
   """A wait on the Reverb server (connect, sample, flush, checkpoint) timed out."""
 
 
+class ServerUnavailableError(WaitTimeoutError, ConnectionError):
+  """A Reverb server (or its control service) could not be reached in time."""
+
+
+class WriteFailedError(SmartReplayError, RuntimeError):
+  """The server failed or refused a write (e.g. it restarted with other tables).
+
+  The steps and items it never confirmed are counted as lost by the observer.
+  """
+
+
 class ManagerStateError(SmartReplayError, RuntimeError):
   """A manager method was called in a state where it cannot work (e.g. closed)."""
 

@@ -15,7 +15,13 @@ observer
 * bounds every wait on the server (episode end, flush, close) by a timeout,
   and never runs more than ~50 items ahead of the server (back-pressure), so
   a blocked table stops the actor within a timeout instead of filling its
-  memory, and Reverb's "pending items alarmingly high" warning stays quiet.
+  memory, and Reverb's "pending items alarmingly high" warning stays quiet;
+* survives a restart of a remote server: while the server does not answer it
+  waits, for at most `reconnect_timeout_s`, for Reverb's writer to reconnect
+  and send the pending items; after that it raises `ServerUnavailableError`
+  and counts the steps and items it could not store (`num_lost_steps`,
+  `num_lost_items`), so nothing is dropped silently, and the next step starts
+  a new episode on a new connection.
 
 Speed: the stock observers go through the Python layer of Reverb's
 `TrajectoryWriter` (its history bookkeeping and item slicing cost more than
@@ -29,11 +35,15 @@ table signature). Items reach the server then, at every episode end, and on
 """
 
 import collections
+import os
+import re
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import reverb
+from absl import logging
 from reverb import pybind
 from tf_agents.trajectories import time_step as ts
 import tree
@@ -56,6 +66,13 @@ _LAST = int(ts.StepType.LAST)
 # (bounded) until at most this many would be pending: back-pressure that
 # bounds a writer running ahead of the server, and keeps the warning quiet.
 _PENDING_LIMIT = 49
+# Reverb's own text for a timed-out flush (the `__context__` of the
+# DeadlineExceededError it raises).
+_PENDING_TEXT = re.compile(r'(\d+) items waiting to be written and (\d+) items '
+                           r'awaiting confirmation')
+# Longest single wait while the server does not answer (the writer retries on
+# its own meanwhile; each wait ends with a check whether the server is back).
+_MAX_RETRY_WAIT_S = 5.0
 
 
 def _as_array(value):
@@ -93,25 +110,45 @@ def _new_writer(client: reverb.Client, *, chunk_length: int,
 class _Stream:
   """One environment's writer and the per-table progress of its episode."""
 
-  def __init__(self, writer: reverb.TrajectoryWriter, table_names,
-               keep_alive: int):
-    self.writer = writer
+  def __init__(self, make_writer: Callable[[], reverb.TrajectoryWriter],
+               table_names, keep_alive: int, max_unconfirmed: int):
+    self._make_writer = make_writer
+    self.history = collections.deque(maxlen=keep_alive)
+    # Items whose last step is in the open chunk: (table, priority, columns,
+    # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
+    self.deferred = []
+    # Last steps of the newest created items, oldest first: once the server
+    # confirms all but k of them, every step up to `created[-k - 1]` is
+    # stored.
+    self.created = collections.deque(maxlen=max_unconfirmed)
+    self.confirmed_steps = 0  # Steps up to here are all stored.
+    self.total_steps = 0  # Steps written by this stream (stride alignment).
+    self.piece_steps = dict.fromkeys(table_names, 0)
+    self.skipping = dict.fromkeys(table_names, False)
+    self.new_writer()
+
+  def new_writer(self) -> None:
+    """Starts over on a new Reverb writer, episode and chunk; the old writer
+    is closed (at once; Reverb drops its unconfirmed items)."""
+    if getattr(self, 'writer', None) is not None:
+      self.writer.close()
+    self.writer = self._make_writer()
     # The C++ writer's calls, without the Python wrapper's per-step history
     # bookkeeping: `history` keeps the cell references of the last steps.
-    self.append = writer._writer.Append  # pylint: disable=protected-access
-    self.create_item = writer._writer.CreateItem  # pylint: disable=protected-access
-    self.history = collections.deque(maxlen=keep_alive)
-    # Items whose last step is in the open chunk: (table, priority, columns),
-    # created when the chunk is complete (see `_PENDING_LIMIT`).
-    self.deferred = []
+    self.append = self.writer._writer.Append  # pylint: disable=protected-access
+    self.create_item = self.writer._writer.CreateItem  # pylint: disable=protected-access
+    self.history.clear()
+    self.deferred.clear()
+    self.created.clear()
+    self.confirmed_steps = self.total_steps
     self.chunk_steps = 0  # Steps in the writer's open chunk.
     self.episode_steps = 0  # Steps of the current episode in the writer.
-    self.total_steps = 0  # Steps written by this stream (stride alignment).
     # Episode tables: steps of the current piece, and whether the rest of the
     # episode is skipped ('truncate' after the first piece, 'drop' once too
     # long).
-    self.piece_steps = dict.fromkeys(table_names, 0)
-    self.skipping = dict.fromkeys(table_names, False)
+    for name in self.piece_steps:
+      self.piece_steps[name] = 0
+      self.skipping[name] = False
     # A step of this stream was lost (an earlier environment's write failed
     # in the same batched call): the next step must not continue the episode.
     self.gap = False
@@ -134,6 +171,11 @@ class TrajectoryObserver:
   Attributes:
     chunk_length: the steps per Reverb chunk it writes.
     num_steps, num_episodes, num_items, items_per_table: what it wrote.
+    num_lost_steps, num_lost_items: steps and items that were written but
+      never stored because the server stayed unreachable longer than
+      `reconnect_timeout_s` (each such loss also raised
+      `ServerUnavailableError`).
+    num_reconnects: times the server came back while a write waited for it.
 
   Args:
     client: a `reverb.Client` of the server holding the tables.
@@ -156,6 +198,9 @@ class TrajectoryObserver:
       complete, at each episode end, and on `flush()`.
     lock: a re-entrant lock held while a step is written; the manager shares
       one with its checkpoints so a checkpoint sees whole steps only.
+    reconnect_timeout_s: how long a write keeps waiting while the server does
+      not answer (e.g. it is restarting; Reverb's writer reconnects and sends
+      the pending items on its own) before the observer gives up (> 0).
 
   Raises:
     ValueError: on a bad argument; the message names it and its value.
@@ -167,7 +212,8 @@ class TrajectoryObserver:
                priority_fn: Optional[Callable[[str], float]] = None,
                timeout_s: float = 60.0,
                chunk_length: Optional[int] = None,
-               lock: Optional[threading.RLock] = None):
+               lock: Optional[threading.RLock] = None,
+               reconnect_timeout_s: float = 300.0):
     if not tables:
       raise ValueError(f'tables must hold at least one TableConfig, got '
                        f'{tables!r}.')
@@ -184,8 +230,11 @@ class TrajectoryObserver:
                                  priority <= 0):
       raise ValueError(f'priority must be None or a number > 0 (an item of '
                        f'priority 0 is never sampled), got {priority!r}.')
-    if timeout_s is None or timeout_s <= 0:
-      raise ValueError(f'timeout_s must be > 0 seconds, got {timeout_s!r}.')
+    for name, value in (('timeout_s', timeout_s),
+                        ('reconnect_timeout_s', reconnect_timeout_s)):
+      if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+          value <= 0):
+        raise ValueError(f'{name} must be > 0 seconds, got {value!r}.')
     if chunk_length is not None and (
         isinstance(chunk_length, bool) or not isinstance(chunk_length, int) or
         chunk_length < 1):
@@ -200,6 +249,7 @@ class TrajectoryObserver:
             'its first step, so every dimension must be known (pad variable-'
             'size fields to a fixed size).')
     self._client = client
+    self._pid = os.getpid()
     self._lock = lock or threading.RLock()
     self._tables = list(tables)
     self._sequence_tables = [t for t in self._tables if t.kind == 'sequence']
@@ -221,17 +271,27 @@ class TrajectoryObserver:
       self._fixed_priority[config.name] = None if fixed is None else float(
           fixed)
     self._priority_fn = priority_fn
+    # What each table's items look like, to check a server that came back.
+    self._signatures = {
+        t.name: [leaf.describe() for leaf in specs.flatten_spec(
+            tables_lib.signature(t, data_spec))] for t in self._tables}
     self._shortest_sequence = min(
         (t.sequence_length for t in self._sequence_tables), default=None)
     self._timeout_ms = int(timeout_s * 1000)
+    self._reconnect_timeout_s = float(reconnect_timeout_s)
     self.chunk_length = chunk_length or auto_chunk_length(data_spec)
     # An item is created up to chunk_length - 1 steps after its last step.
     self._keep_alive = self.chunk_length + max(
         t.item_length for t in self._tables)
+    def make_writer():
+      return _new_writer(client, chunk_length=self.chunk_length,
+                         keep_alive=self._keep_alive)
+    # At most _PENDING_LIMIT items, or one chunk's items, are unconfirmed.
+    max_unconfirmed = _PENDING_LIMIT + (self.chunk_length + 1) * len(
+        self._tables)
     self._streams = [
-        _Stream(_new_writer(client, chunk_length=self.chunk_length,
-                            keep_alive=self._keep_alive),
-                [t.name for t in self._episode_tables], self._keep_alive)
+        _Stream(make_writer, [t.name for t in self._episode_tables],
+                self._keep_alive, max_unconfirmed)
         for _ in range(num_envs or 1)]
     self._closed = False
     self.num_steps = 0
@@ -245,6 +305,7 @@ class TrajectoryObserver:
     # Episodes longer than an episode table's episode_length, per table.
     self.num_long_episodes = {t.name: 0 for t in self._episode_tables}
     self.num_dropped_episodes = {t.name: 0 for t in self._episode_tables}
+    self.num_lost_steps = self.num_lost_items = self.num_reconnects = 0
 
   @property
   def table_names(self) -> List[str]:
@@ -308,11 +369,22 @@ class TrajectoryObserver:
     Raises:
       TrajectorySpecError: if a field's structure, dtype or shape is wrong
         (nothing is written).
-      ManagerStateError: if the observer was closed.
+      ManagerStateError: if the observer was closed, or is used in a forked
+        process.
       WaitTimeoutError: if the server does not accept pending items within
         `timeout_s` (e.g. a rate limiter blocks inserts); the step was
         written.
+      ServerUnavailableError: if the server did not answer for
+        `reconnect_timeout_s`; the unconfirmed steps are counted in
+        `num_lost_steps` and the next step starts a new episode.
     """
+    if os.getpid() != self._pid:
+      raise errors.ManagerStateError(
+          f'this observer was created in process {self._pid} and is called '
+          f'in process {os.getpid()}, a forked copy: a Reverb writer hangs '
+          'after fork. Start actor processes with '
+          "multiprocessing.get_context('spawn') and make the observer there "
+          "(ReplayBufferManager(server_address=...).connect()).")
     arrays = self._validate(trajectory)
     with self._lock:
       if self._closed:
@@ -336,8 +408,9 @@ class TrajectoryObserver:
     priority = self._fixed_priority[config.name]
     if priority is None:
       priority = float(self._priority_fn(config.name))
-    stream.deferred.append(
-        (config.name, priority, [list(refs) for refs in zip(*steps)]))
+    stream.deferred.append((config.name, priority,
+                            [list(refs) for refs in zip(*steps)],
+                            stream.total_steps))
     self.num_items += 1
     self.items_per_table[config.name] += 1
 
@@ -346,10 +419,14 @@ class TrajectoryObserver:
     if not stream.deferred:
       return False
     room = max(_PENDING_LIMIT - len(stream.deferred), 0)
-    self._wait('flush', lambda: stream.writer.flush(
-        block_until_num_items=room, timeout_ms=self._timeout_ms))
-    for table, priority, columns in stream.deferred:
-      stream.create_item(table, priority, columns, self._squeeze)
+    self._wait(stream, 'flush', lambda timeout_ms: stream.writer.flush(
+        block_until_num_items=room, timeout_ms=timeout_ms))
+    for table, priority, columns, last_step in stream.deferred:
+      try:
+        stream.create_item(table, priority, columns, self._squeeze)
+      except RuntimeError as e:
+        self._failed(stream, 'create_item', e)
+      stream.created.append(last_step)
     stream.deferred.clear()
     return True
 
@@ -359,7 +436,10 @@ class TrajectoryObserver:
       # Reset mid-episode, or a lost step: never join the two pieces.
       self._end_episode(stream)
     stream.gap = False
-    stream.history.append(stream.append(step))
+    try:
+      stream.history.append(stream.append(step))
+    except RuntimeError as e:  # The writer failed for good (see _wait).
+      self._failed(stream, 'append', e)
     stream.chunk_steps += 1
     stream.episode_steps += 1
     stream.total_steps += 1
@@ -414,8 +494,15 @@ class TrajectoryObserver:
     if self._clear_at_episode_end:
       stream.history.clear()  # The writer drops these cells' references.
     stream.chunk_steps = 0  # The writer closes (or drops) its open chunk.
-    self._wait('the end of an episode', lambda: stream.writer.end_episode(
-        clear_buffers=self._clear_at_episode_end, timeout_ms=self._timeout_ms))
+    # Reverb ends the episode even when the wait times out: a retry only
+    # waits for the pending items.
+    self._wait(stream, 'the end of an episode',
+               lambda timeout_ms: stream.writer.end_episode(
+                   clear_buffers=self._clear_at_episode_end,
+                   timeout_ms=timeout_ms),
+               retry=lambda timeout_ms: stream.writer.flush(
+                   timeout_ms=timeout_ms))
+    self._confirmed(stream)
 
   def end_episode(self) -> None:
     """Closes the current episode of every stream and sends pending items.
@@ -435,24 +522,184 @@ class TrajectoryObserver:
         if stream.episode_steps:
           self._end_episode(stream)
 
-  def _wait(self, what: str, call) -> None:
+  @staticmethod
+  def _confirmed(stream: _Stream) -> None:
+    """Records that the server confirmed every item of `stream`."""
+    stream.created.clear()
+    stream.confirmed_steps = stream.total_steps
+
+  def _server_holds_items(self, stream: _Stream,
+                          timed_out: Exception) -> bool:
+    """Whether a timed-out wait was on items the server has but holds back.
+
+    False while the server does not answer, or while Reverb's writer has not
+    sent the items yet (it is reconnecting: gRPC backs off for seconds after
+    an outage). True when the server has them but does not confirm them (a
+    rate limiter blocks inserts).
+
+    Raises:
+      WriteFailedError: if the server that answers serves other tables (it
+        was restarted with another config); the stream is given up.
+    """
     try:
-      call()
+      info = self._client.server_info(timeout=1)
+    except (reverb.errors.DeadlineExceededError, RuntimeError):
+      return False
+    for name, want in self._signatures.items():
+      served = info.get(name)
+      got = None if served is None or served.signature is None else [
+          leaf.describe() for leaf in specs.flatten_spec(served.signature)]
+      if got != want:
+        self._failed(stream, 'the wait for the server', RuntimeError(
+            f'table {name!r} has signature {got} on the server, this '
+            f'observer writes {want}'))
+    counts = _PENDING_TEXT.search(str(timed_out.__context__ or ''))
+    if counts is None:
+      return True
+    unsent, unconfirmed = map(int, counts.groups())
+    return unconfirmed > 0 or unsent == 0
+
+  def _wait(self, stream: _Stream, what: str,
+            call: Callable[[int], None],
+            retry: Optional[Callable[[int], None]] = None) -> None:
+    """Runs `call(timeout_ms)`, a bounded wait on the server.
+
+    If it times out while the server does not answer, waits again (with
+    `retry`, default `call`) in growing steps for up to `reconnect_timeout_s`
+    while Reverb's writer reconnects; then gives the stream up.
+
+    Raises:
+      WaitTimeoutError: the server answers but does not accept the items.
+      ServerUnavailableError: the server did not come back in time.
+    """
+    retry = retry or call
+    try:
+      call(self._timeout_ms)
+      return
     except reverb.errors.DeadlineExceededError as e:
+      timed_out = e
+    except RuntimeError as e:
+      self._failed(stream, what, e)
+    address = self._client.server_address
+    if self._server_holds_items(stream, timed_out):
       raise errors.WaitTimeoutError(
           f'Timed out after {self._timeout_ms / 1000:g} s at {what}, waiting '
-          f'for the Reverb server at {self._client.server_address} to accept '
+          f'for the Reverb server at {address} to accept '
           f'pending items for tables {self.table_names}. A rate limiter is '
           'probably blocking inserts (samples_per_insert or '
           'block_inserts_when_full with nothing sampling; see stats()'
           "['tables'][name]['rate_limiter']). The steps already confirmed are "
-          'stored.') from e
+          'stored.') from timed_out
+    began = time.monotonic()
+    logging.warning(
+        'The Reverb server at %s does not answer, or its writer is not '
+        'reconnected yet (%s waited %g s); waiting up to %g s more '
+        '(reconnect_timeout_s). The pending items are kept and sent once it '
+        'is back.', address, what,
+        self._timeout_ms / 1000, self._reconnect_timeout_s)
+    delay = 0.25
+    while True:
+      left = self._reconnect_timeout_s - (time.monotonic() - began)
+      if left <= 0:
+        break
+      try:
+        retry(max(1, int(min(delay, left) * 1000)))
+      except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
+        if not isinstance(e, reverb.errors.DeadlineExceededError):
+          self._failed(stream, what, e)
+        delay = min(2 * delay, _MAX_RETRY_WAIT_S)
+        if not self._server_holds_items(stream, e):
+          continue
+        # Back, but the items are not accepted yet: the usual bounded wait.
+        try:
+          retry(self._timeout_ms)
+        except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
+          if not isinstance(e, reverb.errors.DeadlineExceededError):
+            self._failed(stream, what, e)
+          raise errors.WaitTimeoutError(
+              f'The Reverb server at {address} came back after '
+              f'{time.monotonic() - began:.1f} s, but did not accept the '
+              f'pending items of tables {self.table_names} within '
+              f'{self._timeout_ms / 1000:g} s at {what} (a rate limiter '
+              'blocking inserts?).') from e
+      self.num_reconnects += 1
+      logging.warning('The Reverb server at %s answers again after %.1f s; '
+                      'the pending items were sent.', address,
+                      time.monotonic() - began)
+      return
+    steps, items = self._give_up(stream)
+    raise errors.ServerUnavailableError(
+        f'The Reverb server at {address} did not answer for '
+        f'{self._timeout_ms / 1000 + self._reconnect_timeout_s:g} s '
+        f'(write_timeout_s + reconnect_timeout_s) at {what}. {steps} step(s) '
+        f'and {items} item(s) written since the last confirmed item are lost '
+        f'(counted in num_lost_steps / num_lost_items; total '
+        f'{self.num_lost_steps} steps). The next step starts a new episode '
+        'on a new connection; restart the server (it resumes its last '
+        'checkpoint) or raise reconnect_timeout_s.') from timed_out
+
+  def _failed(self, stream: _Stream, what: str, error: Exception):
+    """Gives `stream` up after its writer failed for good, and raises.
+
+    Reverb's writer retries only while the server is unavailable; any other
+    error (e.g. a restarted server without the table: "Priority table ... was
+    not found") breaks it permanently.
+
+    Raises:
+      WriteFailedError: always, naming the error and what was lost.
+    """
+    steps, items = self._give_up(stream)
+    raise errors.WriteFailedError(
+        f'The Reverb server at {self._client.server_address} refused the '
+        f'writes of tables {self.table_names} at {what}: {error}. Was it '
+        f'restarted with another config? {steps} step(s) and {items} '
+        'item(s) written since the last confirmed item are lost (counted in '
+        'num_lost_steps / num_lost_items); the next step starts a new '
+        'episode on a new writer.') from error
+
+  def _give_up(self, stream: _Stream):
+    """Counts what `stream` never got stored, then starts it over.
+
+    Returns:
+      `(lost_steps, lost_items)`.
+    """
+    # How many created items are still unconfirmed: the smallest k for which
+    # "at most k pending" holds without waiting.
+    def at_most(k):
+      try:
+        stream.writer.flush(block_until_num_items=k, timeout_ms=1)
+      except (reverb.errors.DeadlineExceededError, RuntimeError):
+        return False  # More pending, or a broken writer: all unconfirmed.
+      return True
+    low, high = 0, len(stream.created)
+    while low < high:
+      middle = (low + high) // 2
+      if at_most(middle):
+        high = middle
+      else:
+        low = middle + 1
+    unconfirmed = low
+    stored_upto = stream.confirmed_steps
+    if len(stream.created) > unconfirmed:
+      stored_upto = max(stored_upto, stream.created[-unconfirmed - 1])
+    lost_steps = stream.total_steps - stored_upto
+    lost_items = unconfirmed + len(stream.deferred)
+    self.num_lost_steps += lost_steps
+    self.num_lost_items += lost_items
+    logging.error('Lost %d step(s) and %d item(s) that the unreachable server '
+                  'never confirmed.', lost_steps, lost_items)
+    # The old writer keeps retrying in Reverb's background thread; it is
+    # released, without a wait, when it is garbage collected.
+    stream.new_writer()
+    return lost_steps, lost_items
 
   def flush(self) -> None:
     """Blocks until every created item is stored on the server.
 
     Raises:
       WaitTimeoutError: if that takes longer than `timeout_s`.
+      ServerUnavailableError: if the server did not answer for
+        `reconnect_timeout_s` (see `__call__`).
     """
     with self._lock:
       if self._closed:
@@ -460,8 +707,10 @@ class TrajectoryObserver:
       for stream in self._streams:
         if self._send(stream):
           stream.chunk_steps = 0  # The flush closes the chunk they are in.
-        self._wait('flush', lambda: stream.writer.flush(  # pylint: disable=cell-var-from-loop
-            timeout_ms=self._timeout_ms))
+        self._wait(stream, 'flush',
+                   lambda timeout_ms: stream.writer.flush(  # pylint: disable=cell-var-from-loop
+                       timeout_ms=timeout_ms))
+        self._confirmed(stream)
 
   def close(self) -> None:
     """Flushes and closes the writers; safe to call more than once.
@@ -491,6 +740,7 @@ class TrajectoryObserver:
     with self._lock:
       self.num_steps = self.num_episodes = self.num_items = 0
       self.num_short_episodes = self.num_short_episode_steps = 0
+      self.num_lost_steps = self.num_lost_items = self.num_reconnects = 0
       for counts in (self.items_per_table, self.num_long_episodes,
                      self.num_dropped_episodes):
         for name in counts:
@@ -503,4 +753,7 @@ class TrajectoryObserver:
             'short_episodes': self.num_short_episodes,
             'short_episode_steps': self.num_short_episode_steps,
             'long_episodes': dict(self.num_long_episodes),
-            'dropped_episodes': dict(self.num_dropped_episodes)}
+            'dropped_episodes': dict(self.num_dropped_episodes),
+            'lost_steps': self.num_lost_steps,
+            'lost_items': self.num_lost_items,
+            'reconnects': self.num_reconnects}
