@@ -14,6 +14,7 @@ from typing import Dict, List, NamedTuple
 
 import tensorflow as tf
 from reverb.cc import schema_pb2
+from reverb.cc.checkpointing import checkpoint_pb2
 
 DATA_FILES = ('tables.tfrecord', 'items.tfrecord', 'chunks.tfrecord')
 DONE_FILE = 'DONE'
@@ -135,3 +136,30 @@ def count_items(path: str) -> Dict[str, int]:
     tf.errors.DataLossError: if `items.tfrecord` is damaged.
   """
   return dict(collections.Counter(item.table for item in read_items(path)))
+
+
+def read_table_counters(path: str) -> Dict[str, Dict[str, int]]:
+  """Reads each table's rate-limiter counters stored in a checkpoint.
+
+  Reverb restores them with the table, so comparing them with a restored
+  server's counters tells whether clients already inserted or sampled.
+
+  Args:
+    path: a complete checkpoint folder.
+
+  Returns:
+    `{table_name: {'inserts': n, 'samples': n, 'deletes': n}}`.
+
+  Raises:
+    tf.errors.DataLossError: if `tables.tfrecord` is damaged.
+  """
+  records = tf.data.TFRecordDataset(os.path.join(path, 'tables.tfrecord'),
+                                    compression_type=_COMPRESSION)
+  counters = {}
+  for record in records.as_numpy_iterator():
+    table = checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
+    limiter = table.rate_limiter
+    counters[table.table_name] = {'inserts': limiter.insert_count,
+                                  'samples': limiter.sample_count,
+                                  'deletes': limiter.delete_count}
+  return counters

@@ -6,6 +6,11 @@ Reverb gets wrong by default: it never restores a checkpoint silently, never
 lets a checkpoint's stored config override the requested one, never stores a
 step that does not match the spec, never waits without a timeout, and never lets
 Reverb's pruning delete a checkpoint it should keep.
+
+In client mode (`server_address=`) it owns no server: it connects to a
+standalone server (`smart-replay-serve`, see `smart_replay.serve`), checks that
+the server's tables match the local spec, and offers the same observers,
+datasets, priorities, stats and checkpoints over the network.
 """
 
 import collections
@@ -28,6 +33,7 @@ from tf_agents.replay_buffers import reverb_replay_buffer
 
 from smart_replay import checkpoint_files
 from smart_replay import checkpoints as checkpoints_lib
+from smart_replay import control as control_lib
 from smart_replay import dataset as dataset_lib
 from smart_replay import errors
 from smart_replay import manifest as manifest_lib
@@ -46,6 +52,15 @@ def _max_items(config: tables_lib.TableConfig, steps: int,
   # most n / min(stride, L); each stream rounds up once.
   per = min(config.stride_length, config.sequence_length)
   return -(-steps // per) + streams - 1
+
+
+def _config_kwargs(config: Dict[str, Any]) -> Dict[str, Any]:
+  """The constructor arguments a stored buffer config (manifest) decides."""
+  return {'capacity': config['capacity'],
+          'sequence_length': config['sequence_length'],
+          'stride_length': config['stride_length'],
+          'table_configs': [tables_lib.TableConfig(**t)
+                            for t in config['tables']]}
 
 
 def _positive(name: str, value, *, integer: bool = False):
@@ -70,15 +85,24 @@ class ReplayBufferManager:
       path = manager.checkpoint()
       manager.close()
 
+  In client mode, with `server_address='host:port'` of a `smart-replay-serve`
+  server and no `checkpoint_dir`, `connect()` replaces create/load::
+
+      manager = ReplayBufferManager(data_spec=agent.collect_data_spec,
+                                    server_address='buffer-host:8000')
+      replay_buffer, observer = manager.connect()
+
   Args:
     data_spec: spec of one step, e.g. `agent.collect_data_spec` (nested
       structures, dict observations and `policy_info` are fine).
     capacity: items the default table holds (and the default `max_size` of
-      every table config without one).
+      every table config without one). Required unless in client mode.
     checkpoint_dir: this buffer's directory; checkpoints are written to
       `checkpoint_dir/checkpoints/ckpt-N` (see `smart_replay.checkpoints`).
-    sequence_length: steps per item, >= 1.
-    stride_length: steps between consecutive item starts, >= 1.
+      Required unless in client mode, where the server writes checkpoints to
+      its own directory.
+    sequence_length: steps per item, >= 1 (default 2).
+    stride_length: steps between consecutive item starts, >= 1 (default 1).
     table_configs: the tables to serve (see `TableConfig`: uniform,
       prioritized, FIFO/LIFO queues, rate limiters, sequence or episode
       items); default one uniform table named 'experience'. Observers write
@@ -93,8 +117,8 @@ class ReplayBufferManager:
     checkpoint_timeout_s: how long `checkpoint()` waits for Reverb to write.
     port: the server's port; None picks a free one.
     num_envs: None if actors step one environment; N if the observer
-      returned by create/load receives batches of N environments' steps
-      (batched or parallel TF-Agents environments).
+      returned by create/load/connect receives batches of N environments'
+      steps (batched or parallel TF-Agents environments).
     chunk_length: steps per Reverb chunk of each field, written by the
       observers; None picks `observer.auto_chunk_length(data_spec)` (32 steps
       for small steps, fewer for large ones). Longer chunks write and
@@ -102,13 +126,23 @@ class ReplayBufferManager:
       at each episode end and on `flush()`.
     allow_version_mismatch: load checkpoints written with other dm-reverb,
       tensorflow or tf-agents versions (with a warning) instead of refusing.
+    server_address: client mode: 'host:port' of a standalone server started
+      by `smart-replay-serve`. Capacity, lengths and table configs then come
+      from the server; any of them given here must match it.
+    control_address: client mode: 'host:port' of the server's control service
+      (checkpoints, configuration); default the Reverb port + 1.
+    reconnect_timeout_s: how long observers keep retrying while the server is
+      unreachable (e.g. restarting) before they raise
+      `ServerUnavailableError` and count the unconfirmed steps as lost.
 
   Raises:
     ValueError: if an argument is invalid; the message names it and its value.
   """
 
-  def __init__(self, data_spec: Any, capacity: int, checkpoint_dir: str,
-               sequence_length: int = 2, *, stride_length: int = 1,
+  def __init__(self, data_spec: Any, capacity: Optional[int] = None,
+               checkpoint_dir: Optional[str] = None,
+               sequence_length: Optional[int] = None, *,
+               stride_length: Optional[int] = None,
                table_configs: Optional[Sequence[tables_lib.TableConfig]] = None,
                keep_checkpoints: int = 2, sample_timeout_s: float = 60.0,
                write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
@@ -116,19 +150,41 @@ class ReplayBufferManager:
                port: Optional[int] = None,
                num_envs: Optional[int] = None,
                chunk_length: Optional[int] = None,
-               allow_version_mismatch: bool = False):
+               allow_version_mismatch: bool = False,
+               server_address: Optional[str] = None,
+               control_address: Optional[str] = None,
+               reconnect_timeout_s: float = 300.0):
     data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
-    _positive('capacity', capacity, integer=True)
-    _positive('sequence_length', sequence_length, integer=True)
-    _positive('stride_length', stride_length, integer=True)
+    remote = server_address is not None
+    if remote:
+      if not isinstance(server_address, str) or ':' not in server_address:
+        raise ValueError(f"server_address must be 'host:port', got "
+                         f'{server_address!r}.')
+      if checkpoint_dir is not None or port is not None:
+        raise ValueError(
+            f'client mode (server_address={server_address!r}) has no local '
+            f'server: checkpoint_dir ({checkpoint_dir!r}) and port '
+            f'({port!r}) belong to smart-replay-serve; leave them None.')
+    elif capacity is None or checkpoint_dir is None:
+      raise ValueError(
+          f'capacity ({capacity!r}) and checkpoint_dir ({checkpoint_dir!r}) '
+          'are required, unless server_address= connects to a standalone '
+          'server (binaries: bind ReplayBufferManager.capacity in a gin '
+          'file).')
+    for name, value in (('capacity', capacity),
+                        ('sequence_length', sequence_length),
+                        ('stride_length', stride_length)):
+      if value is not None:
+        _positive(name, value, integer=True)
     for name, value in (('sample_timeout_s', sample_timeout_s),
                         ('write_timeout_s', write_timeout_s),
                         ('connect_timeout_s', connect_timeout_s),
-                        ('checkpoint_timeout_s', checkpoint_timeout_s)):
+                        ('checkpoint_timeout_s', checkpoint_timeout_s),
+                        ('reconnect_timeout_s', reconnect_timeout_s)):
       _positive(name, value)
-    if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(
-        checkpoint_dir):
+    if not remote and (not isinstance(checkpoint_dir, (str, os.PathLike)) or
+                       not str(checkpoint_dir)):
       raise ValueError(f'checkpoint_dir must be a non-empty path, got '
                        f'{checkpoint_dir!r}.')
     configs = list(table_configs or [tables_lib.TableConfig()])
@@ -145,25 +201,39 @@ class ReplayBufferManager:
       _positive('chunk_length', chunk_length, integer=True)
 
     self._data_spec = data_spec
-    self._sequence_length = sequence_length
-    self._stride_length = stride_length
-    self._table_configs = [
-        c.resolve(capacity=capacity, sequence_length=sequence_length,
-                  stride_length=stride_length) for c in configs]
     self._num_envs = num_envs
     self._chunk_length = chunk_length
     self._sample_timeout_s = float(sample_timeout_s)
     self._write_timeout_s = float(write_timeout_s)
     self._connect_timeout_s = float(connect_timeout_s)
     self._checkpoint_timeout_s = float(checkpoint_timeout_s)
+    self._reconnect_timeout_s = float(reconnect_timeout_s)
     self._port = port
     self._allow_version_mismatch = bool(allow_version_mismatch)
-    self._config = manifest_lib.build_config(
-        data_spec=data_spec, sequence_length=sequence_length,
-        stride_length=stride_length, capacity=capacity,
-        table_configs=self._table_configs)
-    self._store = checkpoints_lib.CheckpointStore(str(checkpoint_dir),
-                                                  keep=keep_checkpoints)
+    self._server_address = server_address
+    self._control_address = control_address or (
+        control_lib.control_address_for(server_address) if remote else None)
+    self._control = None
+    self._served = None  # The server's 'info' answer (client mode).
+    # What the caller asked for; in client mode the server's config fills in
+    # the rest at connect() and must agree with these.
+    self._requested = {'capacity': capacity,
+                       'sequence_length': sequence_length,
+                       'stride_length': stride_length,
+                       'table_configs': list(table_configs)
+                                        if table_configs else None}
+    self._store = None
+    if remote:
+      self._where = f'the server at {server_address}'
+      self._sequence_length = self._stride_length = self._config = None
+      self._table_configs, self._max_priority = [], {}
+    else:
+      self._configure(capacity=capacity, sequence_length=sequence_length or 2,
+                      stride_length=stride_length or 1, table_configs=configs)
+      self._store = checkpoints_lib.CheckpointStore(str(checkpoint_dir),
+                                                    keep=keep_checkpoints)
+      self._where = self._store.root
+    self._pid = os.getpid()
     self._server = None
     self._client = None
     self._replay_buffer = None
@@ -179,6 +249,25 @@ class ReplayBufferManager:
     self._pending_save = None
     self._loaded_manifest = None
     self._loaded_checkpoint = None
+    self._tf_client = None
+    self._blocked_since = {}
+    # False once closed: a traced update_priorities then fails instead of
+    # waiting forever on the stopped server.
+    self._serving = tf.Variable(False, trainable=False, name='serving')
+
+  def _configure(self, *, capacity: int, sequence_length: int,
+                 stride_length: int,
+                 table_configs: Sequence[tables_lib.TableConfig]) -> None:
+    """Resolves the table configs; sets what the buffer's config decides."""
+    self._sequence_length = sequence_length
+    self._stride_length = stride_length
+    self._table_configs = [
+        c.resolve(capacity=capacity, sequence_length=sequence_length,
+                  stride_length=stride_length) for c in table_configs]
+    self._config = manifest_lib.build_config(
+        data_spec=self._data_spec, sequence_length=sequence_length,
+        stride_length=stride_length, capacity=capacity,
+        table_configs=self._table_configs)
     # Largest priority given per prioritized table: new items get it unless
     # their table sets initial_priority. Variables, so that update_priorities
     # can raise them from inside a Learner's tf.function.
@@ -186,11 +275,6 @@ class ReplayBufferManager:
         c.name: tf.Variable(1.0, dtype=tf.float64, trainable=False,
                             name=f'max_priority_{i}')
         for i, c in enumerate(self._table_configs) if c.prioritized}
-    self._tf_client = None
-    self._blocked_since = {}
-    # False once closed: a traced update_priorities then fails instead of
-    # waiting forever on the stopped server.
-    self._serving = tf.Variable(False, trainable=False, name='serving')
 
   @classmethod
   def from_checkpoint(cls, source: str, *, checkpoint_dir: Optional[str] = None,
@@ -234,14 +318,9 @@ class ReplayBufferManager:
       except (OSError, ValueError) as e:
         problems.append(f'{path}: {e}')
         continue
-      return cls(
-          data_spec=specs.spec_from_json(stored['data_spec']),
-          capacity=stored['capacity'],
-          checkpoint_dir=checkpoint_dir,
-          sequence_length=stored['sequence_length'],
-          stride_length=stored['stride_length'],
-          table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
-          **kwargs)
+      return cls(data_spec=specs.spec_from_json(stored['data_spec']),
+                 checkpoint_dir=checkpoint_dir, **_config_kwargs(stored),
+                 **kwargs)
     raise errors.CheckpointCorruptError(
         f'no readable manifest in {source}: ' + ' | '.join(problems))
 
@@ -271,6 +350,7 @@ class ReplayBufferManager:
       FileExistsError: if an earlier interrupted overwrite left `.replaced/`.
     """
     self._require_state(started=False)
+    self._require_local('create_replay_buffer')
     self._check_port()
     existing = self._store.existing_data()
     if existing and not overwrite:
@@ -290,6 +370,13 @@ class ReplayBufferManager:
 
     self._replacing(existing, start_empty)
     return self._replay_buffer, self._observers[0]
+
+  def _require_local(self, method: str) -> None:
+    if self._server_address is not None:
+      raise errors.ManagerStateError(
+          f'{method}() starts a local server; this manager is a client of '
+          f'{self._server_address} (the server creates, loads and '
+          'checkpoints the buffer): call connect().')
 
   def _check_port(self) -> None:
     # Checked before anything moves, so a busy port is never mistaken for a
@@ -342,6 +429,7 @@ class ReplayBufferManager:
       WaitTimeoutError: if the server does not answer in time.
     """
     self._require_state(started=False)
+    self._require_local('load_replay_buffer')
     self._check_port()
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root
@@ -400,17 +488,10 @@ class ReplayBufferManager:
       raise errors.CheckpointCorruptError(
           f'Reverb could not restore {path}: {e}') from e
     try:
-      restored = self._sizes()
+      self._check_restored(path, manifest)
     except BaseException:
       self._stop_server()
       raise
-    expected = {name: c['items']
-                for name, c in manifest['counts']['tables'].items()}
-    if restored != expected:
-      self._stop_server()
-      raise errors.CheckpointCorruptError(
-          f'checkpoint {path} restored {restored} items, but its manifest '
-          f'records {expected}.')
     self._steps_offset = manifest['counts']['env_steps']
     self._episodes_offset = manifest['counts']['episodes']
     for name, variable in self._max_priority.items():
@@ -419,7 +500,42 @@ class ReplayBufferManager:
     self._loaded_manifest = manifest
     self._loaded_checkpoint = path
     logging.info('Loaded replay buffer from %s: %s items, %d env steps.', path,
-                 restored, self._steps_offset)
+                 {n: c['items'] for n, c in manifest['counts']['tables'].items()},
+                 self._steps_offset)
+
+  def _check_restored(self, path: str, manifest: Dict[str, Any]) -> None:
+    """Checks that the new server holds the items the manifest records.
+
+    Remote clients (actors of a served buffer) may write the moment the
+    restored server listens; the check then allows for what the tables'
+    rate-limiter counters show happened since the restore.
+
+    Raises:
+      CheckpointCorruptError: if the restored items do not add up.
+    """
+    stats = self._table_stats()
+    restored = {name: t['items'] for name, t in stats.items()}
+    expected = {name: c['items']
+                for name, c in manifest['counts']['tables'].items()}
+    if restored == expected:
+      return
+    stored = checkpoint_files.read_table_counters(path)
+    explained = True
+    for name, want in expected.items():
+      if restored.get(name) == want:
+        continue
+      counters = stored.get(name, {'inserts': 0, 'samples': 0})
+      inserted = stats[name]['inserts'] - counters['inserts']
+      sampled = stats[name]['samples'] - counters['samples']
+      # Each insert adds an item and may evict one; a sample may remove one.
+      explained = explained and bool(inserted or sampled) and (
+          want - inserted - sampled <= restored[name] <= want + inserted)
+    if not explained:
+      raise errors.CheckpointCorruptError(
+          f'checkpoint {path} restored {restored} items, but its manifest '
+          f'records {expected}.')
+    logging.info('Clients wrote to the restored server while it was checked '
+                 '(%s items now, %s in %s).', restored, expected, path)
 
   def _start(self, fallback: Optional[str]) -> None:
     def make_tables():
@@ -454,6 +570,97 @@ class ReplayBufferManager:
       self._stop_server()
       raise
 
+  def connect(self) -> Tuple[reverb_replay_buffer.ReverbReplayBuffer,
+                             observer_lib.TrajectoryObserver]:
+    """Client mode: connects to the standalone server at `server_address`.
+
+    The buffer's configuration (capacity, lengths, table configs) is read
+    from the server's control service; the local `data_spec`, and any of
+    capacity / sequence_length / stride_length / table_configs passed to the
+    constructor, must match it, and the server's Reverb tables must have the
+    signatures the local spec gives.
+
+    Returns:
+      `(replay_buffer, observer)` as in `create_replay_buffer`; the observer
+      writes over the network and survives a server restart (see
+      `reconnect_timeout_s`).
+
+    Raises:
+      ServerUnavailableError: if the server or its control service does not
+        answer within `connect_timeout_s`; names the address.
+      ManifestMismatchError: if the server's spec or tables differ from the
+        local ones; lists every difference (server value, local value).
+      ManagerStateError: if not in client mode, or already started or closed.
+    """
+    self._require_state(started=False)
+    if self._server_address is None:
+      raise errors.ManagerStateError(
+          'connect() is for client mode (ReplayBufferManager(..., '
+          "server_address='host:port')); this manager owns its server: call "
+          'create_replay_buffer() or load_replay_buffer().')
+    client = reverb.Client(self._server_address)
+    try:
+      info = server_lib.server_info(client, self._connect_timeout_s)
+    except errors.WaitTimeoutError as e:
+      raise errors.ServerUnavailableError(
+          f'no Reverb server answered at {self._server_address} within '
+          f'{self._connect_timeout_s:g} s (connect_timeout_s). Is '
+          'smart-replay-serve running there, and is the port reachable from '
+          'this machine (firewall, tunnel)?') from e
+    control = control_lib.ControlClient(self._control_address)
+    try:
+      served = control.call('info', timeout_s=self._connect_timeout_s)
+      self._adopt_served_config(served['config'])
+      tables = [tables_lib.make_table(c, self._data_spec)
+                for c in self._table_configs]
+      missing = [t.name for t in tables if t.name not in info]
+      diffs = [(f'tables/{name}', '<missing>', 'present') for name in missing]
+      diffs += [d for t in tables if t.name in info
+                for d in tables_lib.running_table_differences(t, info[t.name])]
+      if diffs:
+        raise errors.ManifestMismatchError(
+            f'the Reverb tables at {self._server_address} differ from the '
+            f'local spec ({len(diffs)} difference(s)):\n'
+            + manifest_lib.format_differences(diffs, 'server', 'local'), diffs)
+      self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
+          self._data_spec, table_name=self._table_configs[0].name,
+          sequence_length=(self._table_configs[0].sequence_length
+                           if self._table_configs[0].kind == 'sequence'
+                           else None),
+          server_address=self._server_address,
+          rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
+    except BaseException:
+      control.close()
+      self._table_configs, self._max_priority = [], {}
+      raise
+    self._client, self._control, self._served = client, control, served
+    self._tf_client = reverb.TFClient(self._server_address)
+    self._serving.assign(True)
+    self.make_observer(num_envs=self._num_envs)
+    logging.info('Connected to the replay buffer served at %s (tables %s, '
+                 'checkpoints in %s on the server).', self._server_address,
+                 [c.name for c in self._table_configs],
+                 served['checkpoint_dir'])
+    return self._replay_buffer, self._observers[0]
+
+  def _adopt_served_config(self, config: Dict[str, Any]) -> None:
+    """Takes the server's buffer config; raises if the local one differs."""
+    served = _config_kwargs(config)
+    requested = {k: v for k, v in self._requested.items() if v is not None}
+    self._configure(**{k: requested.get(k, served[k]) for k in
+                       ('capacity', 'sequence_length', 'stride_length',
+                        'table_configs')})
+    diffs = manifest_lib.diff_config(config, self._config)
+    if diffs:
+      raise errors.ManifestMismatchError(
+          f'the buffer served at {self._server_address} has another '
+          f'configuration than this client ({len(diffs)} difference(s)):\n'
+          + manifest_lib.format_differences(diffs, 'server', 'local')
+          + '\nBuild the client from the same collect_data_spec as the '
+          'server, and pass no capacity/sequence_length/stride_length/'
+          'table_configs (they are read from the server) or the same ones.',
+          diffs)
+
   # ------------------------------------------------------------------ writing
 
   def make_observer(self, *, priority: Optional[float] = None,
@@ -481,7 +688,8 @@ class ReplayBufferManager:
         self._client, tables=self._table_configs, data_spec=self._data_spec,
         num_envs=num_envs, priority=priority,
         priority_fn=self._new_item_priority, timeout_s=self._write_timeout_s,
-        chunk_length=self._chunk_length, lock=self._lock)
+        chunk_length=self._chunk_length, lock=self._lock,
+        reconnect_timeout_s=self._reconnect_timeout_s)
     self._observers.append(obs)
     return obs
 
@@ -599,13 +807,14 @@ class ReplayBufferManager:
     Raises:
       PrefillWouldBlockError: naming each table that would block, how many
         items it would take and how to fix the config.
-      ManagerStateError: if the manager is closed.
+      ManagerStateError: if the manager is closed (or, in client mode, not
+        connected).
     """
     _positive('steps', steps, integer=True)
-    self._require_state(started=None)
+    self._require_state(started=self._server_address is not None or None)
     counts = dict.fromkeys((c.name for c in self._table_configs),
                            {'inserts': 0, 'samples': 0, 'items': 0})
-    if self._server is not None:
+    if self._client is not None:
       counts = self._table_stats()
     streams = num_envs or self._num_envs or 1
     problems = []
@@ -697,7 +906,7 @@ class ReplayBufferManager:
             'diverging loss gives NaN TD errors.')
     checks = [
         tf.debugging.Assert(self._serving, [
-            f'update_priorities: the buffer {self._store.root} is closed '
+            f'update_priorities: the buffer {self._where} is closed '
             f'(table {config.name!r})']),
         tf.debugging.assert_equal(
             tf.size(keys), tf.size(priorities),
@@ -766,6 +975,9 @@ class ReplayBufferManager:
     Writing through this manager's observers pauses while the checkpoint is
     taken, so the manifest's counts describe exactly what was saved (items are
     recounted from the files when something else changed the table meanwhile).
+    In client mode the server writes the checkpoint, into its own directory,
+    after this client's observers are flushed; the path is on the server's
+    machine.
 
     Args:
       extra: JSON-serializable metadata stored in the manifest (e.g.
@@ -792,6 +1004,13 @@ class ReplayBufferManager:
             'it, e.g. int(train_step.numpy()).') from None
     with self._lock:
       self._require_state(started=True)
+      if self._control is not None:
+        self.flush()
+        path = self._control.call('checkpoint', {'extra': extra},
+                                  timeout_s=self._checkpoint_timeout_s)
+        logging.info('The server at %s checkpointed to %s',
+                     self._server_address, path)
+        return path
       self._wait_for_pending_save()
       self.flush()
       before = self._table_stats()
@@ -907,8 +1126,9 @@ class ReplayBufferManager:
     Args:
       times_sampled: also list how many times each item was sampled. This
         takes an exact snapshot of the tables (Reverb writes them to disk, as
-        for a checkpoint, in `checkpoint_dir/.reverb/`, deleted afterwards),
-        so it costs about as much as `checkpoint()`.
+        for a checkpoint, in `checkpoint_dir/.reverb/`, deleted afterwards;
+        in client mode the server does it), so it costs about as much as
+        `checkpoint()`.
 
     Returns:
       A dict::
@@ -925,7 +1145,8 @@ class ReplayBufferManager:
              'long_episodes', 'dropped_episodes',  # episode tables
              'times_sampled',        # {key: n}, if asked
              'times_sampled_histogram'}},  # {n: items}, if asked
-         'env_steps', 'episodes', 'short_episodes', 'short_episode_steps'}
+         'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
+         'lost_steps', 'lost_items', 'reconnects'}
 
       `items` is what the server holds (call `flush()` first to include
       items still in an observer's open chunk; `stats()` itself never waits
@@ -936,7 +1157,10 @@ class ReplayBufferManager:
       `stats()` call that saw it blocked (0 when not blocked);
       `*_wait_total_s` is Reverb's total. `env_steps` / `episodes` count the
       steps and finished episodes written through this buffer's observers
-      (carried over from the loaded checkpoint); `short_episodes` counts
+      (carried over from the loaded checkpoint; in client mode, this
+      process's observers only); `lost_steps` / `lost_items` count what
+      observers could not store because the server stayed unreachable longer
+      than `reconnect_timeout_s`; `short_episodes` counts
       episodes of this session shorter than the shortest sequence item
       (their steps are in `short_episode_steps`).
 
@@ -972,8 +1196,14 @@ class ReplayBufferManager:
                                         for o in self._observers)
     if times_sampled:
       counts = {name: {} for name in tables}
-      for item in self._snapshot_items():
-        counts[item.table][item.key] = item.times_sampled
+      if self._control is not None:
+        served = self._control.call('times_sampled',
+                                    timeout_s=self._checkpoint_timeout_s)
+        for name, per_item in served.items():
+          counts[name] = {int(key): n for key, n in per_item.items()}
+      else:
+        for item in self._snapshot_items():
+          counts[item.table][item.key] = item.times_sampled
       for name, per_item in counts.items():
         tables[name]['times_sampled'] = per_item
         tables[name]['times_sampled_histogram'] = dict(sorted(
@@ -982,7 +1212,10 @@ class ReplayBufferManager:
             'episodes': self._episodes(),
             'short_episodes': sum(o.num_short_episodes for o in self._observers),
             'short_episode_steps': sum(o.num_short_episode_steps
-                                       for o in self._observers)}
+                                       for o in self._observers),
+            'lost_steps': sum(o.num_lost_steps for o in self._observers),
+            'lost_items': sum(o.num_lost_items for o in self._observers),
+            'reconnects': sum(o.num_reconnects for o in self._observers)}
 
   def _snapshot_items(self):
     """Reads every item's key and sample count from a throwaway checkpoint."""
@@ -1008,12 +1241,16 @@ class ReplayBufferManager:
 
   @property
   def server_address(self) -> Optional[str]:
-    """'localhost:PORT' of the running server (None before start)."""
+    """'localhost:PORT' of the running server, or the server_address of
+    client mode (None before start)."""
     return self._client.server_address if self._client else None
 
   @property
-  def checkpoint_dir(self) -> str:
-    """The absolute buffer directory."""
+  def checkpoint_dir(self) -> Optional[str]:
+    """The absolute buffer directory (in client mode the server's, on its
+    machine, once connected)."""
+    if self._store is None:
+      return self._served['checkpoint_dir'] if self._control else None
     return self._store.root
 
   @property
@@ -1022,13 +1259,22 @@ class ReplayBufferManager:
     return list(self._table_configs)
 
   @property
+  def buffer_config(self) -> Optional[Dict[str, Any]]:
+    """The buffer's configuration as a manifest stores it (spec, capacity,
+    lengths, tables); in client mode, once connected."""
+    return self._config
+
+  @property
   def sequence_length(self) -> int:
     """Steps per item."""
     return self._sequence_length
 
   @property
-  def keep_checkpoints(self) -> int:
-    """How many complete checkpoints are kept on disk."""
+  def keep_checkpoints(self) -> Optional[int]:
+    """How many complete checkpoints are kept on disk (client mode: the
+    server's setting, once connected)."""
+    if self._store is None:
+      return self._served['keep_checkpoints'] if self._control else None
     return self._store.keep
 
   @property
@@ -1050,7 +1296,18 @@ class ReplayBufferManager:
     return self._loaded_checkpoint
 
   def existing_checkpoints(self) -> Sequence[str]:
-    """Returns the `ckpt-N` folders in `checkpoint_dir`, oldest first."""
+    """Returns the `ckpt-N` folders in `checkpoint_dir`, oldest first.
+
+    In client mode the server lists them (paths on its machine).
+
+    Raises:
+      ManagerStateError: in client mode, if not connected.
+      ServerUnavailableError: if the server does not answer in time.
+    """
+    if self._store is None:
+      self._require_state(started=True)
+      return self._control.call('info', timeout_s=self._connect_timeout_s
+                                )['checkpoints']
     return self._store.checkpoints()
 
   def flush(self) -> None:
@@ -1089,6 +1346,8 @@ class ReplayBufferManager:
   def close(self) -> None:
     """Flushes and closes the observers, then stops the server.
 
+    In client mode the server keeps running; only this client disconnects.
+
     Safe to call more than once. A checkpoint still being written (after a
     timeout) is waited for, up to `checkpoint_timeout_s`. The server is stopped
     even if a flush or that wait fails; the error is raised afterwards.
@@ -1122,20 +1381,29 @@ class ReplayBufferManager:
     self._serving.assign(False)
     if self._server is not None:
       self._server.stop()
-    self._server = self._client = self._replay_buffer = None
+    if self._control is not None:
+      self._control.close()
+    self._server = self._client = self._replay_buffer = self._control = None
     self._observers = []
 
   def _require_state(self, *, started: Optional[bool]) -> None:
     """Raises unless open and (if `started` is not None) started or not."""
+    if os.getpid() != self._pid:
+      raise errors.ManagerStateError(
+          f'this ReplayBufferManager was created in process {self._pid} and '
+          f'is used in process {os.getpid()}, a forked copy: a Reverb client '
+          'hangs after fork. Start worker processes with '
+          "multiprocessing.get_context('spawn') and build a manager in each "
+          "(client mode: server_address=...).")
     if self._closed:
       raise errors.ManagerStateError(
-          f'this ReplayBufferManager ({self._store.root}) is closed; create a '
-          'new one.')
-    if started and self._server is None:
+          f'this ReplayBufferManager ({self._where}) is closed; create a new '
+          'one.')
+    if started and self._client is None:
       raise errors.ManagerStateError(
           'the buffer is not started; call create_replay_buffer() or '
-          'load_replay_buffer() first.')
-    if started is False and self._server is not None:
+          'load_replay_buffer() first (connect() in client mode).')
+    if started is False and self._client is not None:
       raise errors.ManagerStateError(
           f'the buffer is already started (server at {self.server_address}).')
 
