@@ -17,6 +17,7 @@ setuptools.setup(
         'smart_replay_scripts.populate_starter_buffer:run',
         'smart-replay-demo=smart_replay_scripts.demo:run',
         'smart-replay-train=smart_replay_scripts.train:run',
+        'smart-replay-serve=smart_replay_scripts.serve:run',
     ]},
     # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
     python_requires='>=3.9,<3.12',
@@ -28,6 +29,7 @@ setuptools.setup(
         'dm-tree',
         'absl-py',
         'gin-config',
+        'grpcio',  # the control service of smart-replay-serve (TF needs it too)
         'numpy<2',
         'tqdm',
         'matplotlib',  # benchmark charts (headless, Agg)

@@ -1,0 +1,74 @@
+r"""Serves a replay buffer to actors and learners in other processes or machines.
+
+Examples:
+  smart-replay-serve --spec_file=buffer/spec.pbtxt --checkpoint_dir=buffer \
+      --port=8000 --gin_file=configs/serve.gin
+  smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
+
+The spec file is the agent's `collect_data_spec`, saved with
+`smart_replay.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's capacity
+and tables, and the checkpoint schedule, come from gin (`ReplayBufferManager`
+and `ReplayServer` bindings; see configs/serve.gin). An existing buffer in
+`--checkpoint_dir` is resumed from its newest verified checkpoint.
+
+Reverb and the control service (port + 1) listen on all interfaces with no
+authentication: keep them on loopback, a private network or a tunnel.
+
+Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config;
+128 + signal number if a second SIGINT/SIGTERM quit without the final
+checkpoint (the last completed one stays loadable).
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+import gin
+
+from smart_replay import cli
+from smart_replay import serve
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('spec_file', None,
+                    'collect_data_spec saved with smart_replay.specs.save_spec.')
+flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
+                    'resumed).')
+flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
+                     'port + 1).', lower_bound=1, upper_bound=65534)
+flags.DEFINE_multi_string('gin_file', [], 'Gin config file (repeatable).')
+flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
+flags.mark_flags_as_required(['spec_file', 'checkpoint_dir'])
+
+
+def main(argv):
+  """Parses gin and serves until SIGTERM/SIGINT.
+
+  Args:
+    argv: leftover command-line arguments (none are accepted).
+
+  Returns:
+    The process exit code (see the module docstring).
+  """
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  path, exit_code, _ = cli.run_stoppable(
+      lambda stop: serve.serve(
+          spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
+          port=FLAGS.port, stop_requested=stop,
+          ready=lambda line: print(line, flush=True)),
+      quit_message='Quit without a final checkpoint; the last completed '
+      'checkpoint is resumed on the next start.')
+  if exit_code is not None:
+    return exit_code
+  print(f'Stopped; final checkpoint: {path}', file=sys.stderr)
+  return 0
+
+
+def run():
+  """Console-script entry point (`smart-replay-serve`)."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()

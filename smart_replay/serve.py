@@ -1,0 +1,408 @@
+"""A standalone replay buffer server for actors and learners in other processes.
+
+`ReplayServer` runs a `ReplayBufferManager`'s Reverb server for remote clients
+(`ReplayBufferManager(server_address=...)`): it creates the buffer, or resumes
+its newest verified checkpoint, writes checkpoints on a schedule (every N
+seconds and/or N inserted items) and on request of a client, writes a final
+one when asked to stop, and logs table sizes and insert/sample rates at an
+interval. Clients reach it on two ports: Reverb's (data) and the control
+service's (configuration and checkpoints, `smart_replay.control`).
+
+`serve()` is what the `smart-replay-serve` binary runs.
+"""
+
+import socket
+import time
+from typing import Any, Callable, Dict, Optional
+
+from absl import logging
+import gin
+
+from smart_replay import control as control_lib
+from smart_replay import errors
+from smart_replay import manager as manager_lib
+from smart_replay import specs
+
+ON_EXISTING = ('resume', 'overwrite', 'refuse')
+
+SECURITY_WARNING = (
+    'SECURITY: Reverb (port {port}) and the control service (port '
+    '{control_port}) listen on ALL network interfaces, with no '
+    'authentication and no encryption. Anyone who can reach these ports can '
+    'read, write, delete and checkpoint this buffer. Serve on one machine '
+    '(clients use localhost) or on a private network, or reach it through '
+    'an SSH tunnel or VPN; never expose these ports to the internet '
+    '(README: "Security").')
+
+
+def _total(stats: Dict[str, Any], key: str) -> int:
+  return sum(t[key] for t in stats['tables'].values())
+
+
+@gin.configurable
+class ReplayServer:
+  """Serves one replay buffer to remote actors and learners.
+
+  Use as a context manager, or call `start()` and `close()`::
+
+      manager = ReplayBufferManager(data_spec=spec, capacity=1_000_000,
+                                    checkpoint_dir='/data/buffer', port=8000)
+      with ReplayServer(manager, checkpoint_every_s=600) as server:
+        server.serve_until(stop_requested)   # final checkpoint on the way out
+
+  Args:
+    manager: an unstarted local `ReplayBufferManager` (with `checkpoint_dir`
+      and, for remote clients, a fixed `port`).
+    control_port: port of the control service; default the Reverb port + 1.
+    checkpoint_every_s: write a checkpoint this many seconds after the last
+      one (None: no time schedule).
+    checkpoint_every_inserts: write a checkpoint once this many items were
+      inserted (over all tables) since the last one (None: no insert
+      schedule).
+    log_every_s: seconds between status log lines (table sizes, rates).
+    on_existing: what to do when `checkpoint_dir` already holds checkpoints:
+      'resume' the newest verified one (a restart after a crash), 'overwrite'
+      them with an empty buffer, or 'refuse' to start.
+
+  Raises:
+    ValueError: if an argument is invalid; names it and its value.
+  """
+
+  def __init__(self, manager: manager_lib.ReplayBufferManager, *,
+               control_port: Optional[int] = None,
+               checkpoint_every_s: Optional[float] = None,
+               checkpoint_every_inserts: Optional[int] = None,
+               log_every_s: float = 60.0, on_existing: str = 'resume'):
+    if not isinstance(manager, manager_lib.ReplayBufferManager):
+      raise ValueError(f'manager must be a ReplayBufferManager, got '
+                       f'{manager!r}.')
+    for name, value in (('checkpoint_every_s', checkpoint_every_s),
+                        ('checkpoint_every_inserts', checkpoint_every_inserts),
+                        ('log_every_s', log_every_s)):
+      if value is not None and (isinstance(value, bool) or
+                                not isinstance(value, (int, float)) or
+                                value <= 0):
+        raise ValueError(f'{name} must be None or a positive number, got '
+                         f'{value!r}.')
+    if checkpoint_every_inserts is not None and not isinstance(
+        checkpoint_every_inserts, int):
+      raise ValueError(f'checkpoint_every_inserts must be an integer, got '
+                       f'{checkpoint_every_inserts!r}.')
+    if log_every_s is None:
+      raise ValueError('log_every_s must be a positive number, got None.')
+    if on_existing not in ON_EXISTING:
+      raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
+                       f'{on_existing!r}.')
+    if control_port is not None and (isinstance(control_port, bool) or
+                                     not isinstance(control_port, int) or
+                                     not 0 < control_port < 65536):
+      raise ValueError(f'control_port must be None or a TCP port, got '
+                       f'{control_port!r}.')
+    self._manager = manager
+    self._control_port = control_port
+    self._every_s = checkpoint_every_s
+    self._every_inserts = checkpoint_every_inserts
+    self._log_every_s = float(log_every_s)
+    self._on_existing = on_existing
+    self._control = None
+    self._last_checkpoint = None
+    self._last_checkpoint_time = None
+    self._last_checkpoint_counts = None
+    self._last_log = None  # (time, stats) of the previous status line.
+    self._started = self._closed = False
+
+  # ----------------------------------------------------------------- start-up
+
+  def start(self) -> 'ReplayServer':
+    """Creates or resumes the buffer and starts the control service.
+
+    Returns:
+      The server itself.
+
+    Raises:
+      CheckpointExistsError: if there are checkpoints and `on_existing` is
+        'refuse'.
+      ManifestMismatchError, CheckpointCorruptError: if resuming fails (see
+        `ReplayBufferManager.load_replay_buffer`); nothing is deleted.
+      ValueError: if a port is in use.
+    """
+    if self._started:
+      raise errors.ManagerStateError('this ReplayServer is already started.')
+    manager = self._manager
+    existing = manager.existing_checkpoints()
+    if existing and self._on_existing == 'refuse':
+      raise errors.CheckpointExistsError(
+          f'{manager.checkpoint_dir} already holds checkpoints ({existing[-1]});'
+          " pass on_existing='resume' to continue them or 'overwrite' to "
+          'start empty.')
+    if existing and self._on_existing == 'resume':
+      manager.load_replay_buffer()
+      logging.info('Resumed %s: %s items.', manager.loaded_checkpoint,
+                   {n: t['items'] for n, t in manager.stats()['tables'].items()})
+      self._last_checkpoint = manager.loaded_checkpoint
+    else:
+      manager.create_replay_buffer(overwrite=bool(existing))
+    self._started = True
+    try:
+      port = int(manager.server_address.rpartition(':')[2])
+      self._control = control_lib.ControlServer(
+          {'info': self._info, 'checkpoint': self._checkpoint_request,
+           'times_sampled': self._times_sampled},
+          port=self._control_port or control_lib.default_control_port(port))
+    except BaseException:
+      self.close(final_checkpoint=False)
+      raise
+    self._last_checkpoint_time = time.monotonic()
+    stats = manager.stats()
+    self._last_checkpoint_counts = self._counts(stats)
+    self._last_log = (time.monotonic(), stats)
+    logging.warning(SECURITY_WARNING.format(port=port,
+                                            control_port=self._control.port))
+    return self
+
+  @property
+  def manager(self) -> manager_lib.ReplayBufferManager:
+    """The served buffer's manager."""
+    return self._manager
+
+  @property
+  def address(self) -> str:
+    """'host:port' of the Reverb server as other machines reach it."""
+    return f'{socket.gethostname()}:{self.port}'
+
+  @property
+  def port(self) -> int:
+    """The Reverb port."""
+    return int(self._manager.server_address.rpartition(':')[2])
+
+  @property
+  def control_port(self) -> int:
+    """The control service's port."""
+    return self._control.port
+
+  @property
+  def last_checkpoint(self) -> Optional[str]:
+    """The newest checkpoint written or resumed (None before the first)."""
+    return self._last_checkpoint
+
+  # ---------------------------------------------------------- control service
+
+  def _info(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    del request
+    manager = self._manager
+    return {'config': manager.buffer_config,
+            'checkpoint_dir': manager.checkpoint_dir,
+            'keep_checkpoints': manager.keep_checkpoints,
+            'checkpoints': list(manager.existing_checkpoints())}
+
+  def _checkpoint_request(self, request: Dict[str, Any]) -> str:
+    return self.checkpoint(extra=request.get('extra'), reason='a client asked')
+
+  def _times_sampled(self, request: Dict[str, Any]) -> Dict[str, Any]:
+    del request
+    tables = self._manager.stats(times_sampled=True)['tables']
+    return {name: {str(key): n for key, n in t['times_sampled'].items()}
+            for name, t in tables.items()}
+
+  # ------------------------------------------------------------ checkpointing
+
+  @staticmethod
+  def _counts(stats: Dict[str, Any]):
+    return _total(stats, 'inserts'), _total(stats, 'samples')
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None,
+                 reason: str = 'requested') -> str:
+    """Writes a checkpoint now (see `ReplayBufferManager.checkpoint`).
+
+    Args:
+      extra: JSON-serializable metadata for the manifest.
+      reason: why, for the log line.
+
+    Returns:
+      The new checkpoint folder.
+
+    Raises:
+      WaitTimeoutError, CheckpointCorruptError: if writing fails.
+    """
+    started = time.monotonic()
+    path = self._manager.checkpoint(extra=extra)
+    stats = self._manager.stats()
+    self._last_checkpoint, self._last_checkpoint_time = path, time.monotonic()
+    self._last_checkpoint_counts = self._counts(stats)
+    logging.info('Checkpoint %s (%s) in %.1f s: %s items.', path, reason,
+                 time.monotonic() - started,
+                 {n: t['items'] for n, t in stats['tables'].items()})
+    return path
+
+  def poll(self) -> Optional[str]:
+    """Writes a scheduled checkpoint and a status line if they are due.
+
+    A scheduled checkpoint is skipped while nothing was inserted or sampled
+    since the last one. A failed scheduled checkpoint is logged and retried
+    at the next poll; serving goes on.
+
+    Returns:
+      The path of the checkpoint written, or None.
+    """
+    now = time.monotonic()
+    path = None
+    stats = self._manager.stats()
+    inserts, samples = self._counts(stats)
+    last_inserts, last_samples = self._last_checkpoint_counts
+    due = []
+    if self._every_s and now - self._last_checkpoint_time >= self._every_s:
+      due.append(f'every {self._every_s:g} s')
+    if self._every_inserts and inserts - last_inserts >= self._every_inserts:
+      due.append(f'{inserts - last_inserts} inserts')
+    if due and (inserts, samples) == (last_inserts, last_samples):
+      self._last_checkpoint_time = now  # Nothing changed: nothing to save.
+    elif due:
+      try:
+        path = self.checkpoint(reason=' and '.join(due))
+      except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
+              OSError) as e:
+        logging.error('Scheduled checkpoint failed (retrying at the next '
+                      'poll; serving goes on): %s', e)
+        self._last_checkpoint_time = now
+    if now - self._last_log[0] >= self._log_every_s:
+      logging.info('%s', self.status_line(stats, now))
+      self._last_log = (now, stats)
+    return path
+
+  def status_line(self, stats: Dict[str, Any], now: float) -> str:
+    """One log line: per table items, insert and sample rates; checkpoints.
+
+    Args:
+      stats: `manager.stats()` now.
+      now: `time.monotonic()` now.
+
+    Returns:
+      The line; rates are since the previous status line.
+    """
+    then, before = self._last_log
+    elapsed = max(now - then, 1e-9)
+    parts = [f'serving {self.address}']
+    for name, table in stats['tables'].items():
+      old = before['tables'][name]
+      parts.append(
+          f"{name}: {table['items']:,}/{table['max_size']:,} items, "
+          f"{(table['inserts'] - old['inserts']) / elapsed:,.1f} inserts/s, "
+          f"{(table['samples'] - old['samples']) / elapsed:,.1f} samples/s"
+          + ('' if table['rate_limiter']['can_insert'] else
+             ', INSERTS BLOCKED by its rate limiter'))
+    if self._last_checkpoint:
+      ago = now - self._last_checkpoint_time
+      parts.append(f'last checkpoint {self._last_checkpoint} ({ago:.0f} s ago)')
+    else:
+      parts.append('no checkpoint yet')
+    return ' | '.join(parts)
+
+  def serve_until(self, stop_requested: Callable[[], bool], *,
+                  poll_s: float = 0.5) -> Optional[str]:
+    """Serves until `stop_requested()` is true, then writes a final checkpoint.
+
+    Args:
+      stop_requested: polled every `poll_s` seconds (e.g. a
+        `cli.StopRequest` set by SIGTERM/SIGINT).
+      poll_s: seconds between polls.
+
+    Returns:
+      The final checkpoint (the last one, if nothing changed since).
+
+    Raises:
+      ManagerStateError: if not started.
+      WaitTimeoutError, CheckpointCorruptError: if the final checkpoint fails.
+    """
+    if not self._started or self._closed:
+      raise errors.ManagerStateError('start() the ReplayServer before serving.')
+    while not stop_requested():
+      self.poll()
+      time.sleep(poll_s)
+    return self.close()
+
+  # ---------------------------------------------------------------- lifecycle
+
+  def close(self, *, final_checkpoint: bool = True) -> Optional[str]:
+    """Writes a final checkpoint (if anything changed), stops serving.
+
+    Safe to call more than once. The server stops even if the checkpoint
+    fails; the error is raised afterwards.
+
+    Args:
+      final_checkpoint: write it; False stops at once, keeping the last one.
+
+    Returns:
+      The last checkpoint, or None.
+
+    Raises:
+      WaitTimeoutError, CheckpointCorruptError: if the final checkpoint fails.
+    """
+    if self._closed:
+      return self._last_checkpoint
+    self._closed = True
+    failure = None
+    try:
+      if final_checkpoint and self._started:
+        changed = self._counts(self._manager.stats()) != \
+            self._last_checkpoint_counts
+        if changed or self._last_checkpoint is None:
+          self.checkpoint(reason='final')
+    except errors.SmartReplayError as e:
+      failure = e
+      logging.error('The final checkpoint failed: %s', e)
+    finally:
+      if self._control is not None:
+        self._control.stop()
+      self._manager.close()
+    if failure:
+      raise failure
+    return self._last_checkpoint
+
+  def __enter__(self) -> 'ReplayServer':
+    """Starts the server (see `start`)."""
+    return self.start()
+
+  def __exit__(self, exc_type, exc_value, traceback) -> None:
+    """Closes the server: with a final checkpoint unless the block failed."""
+    self.close(final_checkpoint=exc_type is None)
+
+
+@gin.configurable
+def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
+          stop_requested: Callable[[], bool],
+          ready: Callable[[str], None] = print) -> Optional[str]:
+  """Loads a spec file and serves its buffer until asked to stop.
+
+  The buffer's capacity, lengths and tables come from gin bindings of
+  `ReplayBufferManager` (e.g. configs/serve.gin), the schedule from those of
+  `ReplayServer`.
+
+  Args:
+    spec_file: the `collect_data_spec`, saved with `specs.save_spec`.
+    checkpoint_dir: the buffer directory (created or resumed).
+    port: the Reverb port; the control service uses `port + 1` unless
+      `ReplayServer.control_port` is bound.
+    stop_requested: polled; once true, a final checkpoint is written.
+    ready: called with one line giving the addresses once serving.
+
+  Returns:
+    The final checkpoint.
+
+  Raises:
+    ValueError: if the spec or config is invalid or a port is in use.
+    SmartReplayError: if the buffer cannot be created or resumed.
+  """
+  data_spec = specs.load_spec(spec_file)
+  manager = manager_lib.ReplayBufferManager(
+      data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port)
+  server = ReplayServer(manager)
+  server.start()
+  try:
+    ready(f'Serving {[c.name for c in manager.table_configs]} at '
+          f'{server.address} (Reverb; control at port {server.control_port}); '
+          f'on this machine: localhost:{server.port}. Checkpoints in '
+          f'{manager.checkpoint_dir}.')
+  except BaseException:
+    server.close(final_checkpoint=False)
+    raise
+  return server.serve_until(stop_requested)
