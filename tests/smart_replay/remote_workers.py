@@ -1,0 +1,115 @@
+"""Processes of the multi-process tests: servers, actors and learners.
+
+Each function runs in a process started with multiprocessing's `spawn`
+method, builds its own client-mode `ReplayBufferManager` (or server), and
+reports through a queue. Kept apart from the tests so spawned children import
+only this module.
+"""
+
+import os
+import signal
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
+
+import smart_replay
+from smart_replay import serve
+from tests import conftest
+
+SEQUENCE_LENGTH = 2
+
+
+def data_spec():
+  """The spec every process of a test shares (a real TF-Agents spec)."""
+  return conftest.collect_data_spec(conftest.make_env())
+
+
+def client(address, **kwargs):
+  """A connected client-mode manager; returns `(manager, observer)`."""
+  kwargs.setdefault('write_timeout_s', 10.0)
+  kwargs.setdefault('sample_timeout_s', 10.0)
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec(), server_address=address, **kwargs)
+  _, observer = manager.connect()
+  return manager, observer
+
+
+def run_server(checkpoint_dir, port, ready, stop, server_kwargs):
+  """Serves a buffer (in-process ReplayServer) until `stop` is set."""
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec(), capacity=100_000, checkpoint_dir=checkpoint_dir,
+      sequence_length=SEQUENCE_LENGTH, port=port)
+  with serve.ReplayServer(manager, **server_kwargs) as server:
+    ready.set()
+    server.serve_until(stop.is_set, poll_s=0.2)
+
+
+def write_steps(address, seed, steps, results):
+  """An actor: a real TF-Agents Actor writing `steps` steps, then flushing.
+
+  Reports `(seed, fingerprints of the items it should have stored, counters
+  with the number of steps the Actor produced)`.
+  """
+  manager, observer = client(address)
+  record = conftest.run_actor(observer, steps, seed=seed)
+  observer.flush()
+  items = conftest.expected_items(record.steps, SEQUENCE_LENGTH)
+  counters = dict(observer.counters(), recorded_steps=len(record.steps))
+  results.put((seed, [conftest.item_fingerprint(i) for i in items], counters))
+  manager.close()
+
+
+def write_until_killed(address, seed, started):
+  """An actor that writes forever; sets `started` once items are stored."""
+  manager, observer = client(address)
+  env = conftest.make_env(seed, max_duration=1000)
+  policy = conftest.make_policy(env, seed)
+  time_step = env.reset()
+  written = 0
+  while True:  # Killed by the test, mid-episode.
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    observer(trajectory.from_transition(time_step, action, next_time_step))
+    time_step = next_time_step
+    written += 1
+    if written == 200:
+      observer.flush()
+      started.set()
+  del manager
+
+
+def sample_everything(address, expected_items, results):
+  """A learner: waits for `expected_items`, samples every item, reports.
+
+  Reports `(num_frames, {key: fingerprint}, checkpoint path)`; the
+  checkpoint is asked of the server through client mode.
+  """
+  manager, _ = client(address)
+  size = manager.num_frames()
+  seen = conftest.sample_all_items(manager, batch_size=64)
+  path = manager.checkpoint(extra={'learner': 'done'})
+  results.put((size, seen, path))
+  manager.close()
+
+
+def phased_actor(address, seed, go, results, phases=2, steps=150):
+  """Writes `steps` steps and flushes, `phases` times, waiting for `go`
+  between phases; reports its counters after each phase."""
+  manager, observer = client(address, reconnect_timeout_s=60.0)
+  env = conftest.make_env(seed)
+  policy = conftest.make_policy(env, seed)
+  for phase in range(phases):
+    if phase:
+      go.wait(120)
+      go.clear()
+    conftest.run_actor(observer, steps, env=env, policy=policy)
+    observer.flush()
+    results.put((phase, observer.counters()))
+  manager.close()
+
+
+def kill(process):
+  """kill -9 and reap."""
+  os.kill(process.pid, signal.SIGKILL)
+  process.join(30)
