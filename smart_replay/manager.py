@@ -349,8 +349,8 @@ class ReplayBufferManager:
       WaitTimeoutError: if the new server does not answer in time.
       FileExistsError: if an earlier interrupted overwrite left `.replaced/`.
     """
-    self._require_state(started=False)
     self._require_local('create_replay_buffer')
+    self._require_state(started=False)
     self._check_port()
     existing = self._store.existing_data()
     if existing and not overwrite:
@@ -428,8 +428,8 @@ class ReplayBufferManager:
       ValueError: if the configured `port` is in use.
       WaitTimeoutError: if the server does not answer in time.
     """
-    self._require_state(started=False)
     self._require_local('load_replay_buffer')
+    self._require_state(started=False)
     self._check_port()
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root

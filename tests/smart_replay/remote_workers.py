@@ -8,6 +8,7 @@ only this module.
 
 import os
 import signal
+import socket
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -18,6 +19,22 @@ from smart_replay import serve
 from tests import conftest
 
 SEQUENCE_LENGTH = 2
+
+
+def free_port_pair():
+  """A port P such that P and P + 1 (the control port) are free."""
+  for _ in range(50):
+    with socket.socket() as probe:
+      probe.bind(('localhost', 0))
+      port = probe.getsockname()[1]
+    if port < 65535:
+      with socket.socket() as probe:
+        try:
+          probe.bind(('localhost', port + 1))
+        except OSError:
+          continue
+      return port
+  raise RuntimeError('no free port pair')
 
 
 def data_spec():

@@ -10,7 +10,6 @@ import multiprocessing
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,22 +23,6 @@ from tests.smart_replay import remote_workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 SPAWN = multiprocessing.get_context('spawn')
-
-
-def _free_port_pair():
-  """A port P such that P and P + 1 (the control port) are free."""
-  for _ in range(50):
-    with socket.socket() as probe:
-      probe.bind(('localhost', 0))
-      port = probe.getsockname()[1]
-    if port < 65535:
-      with socket.socket() as probe:
-        try:
-          probe.bind(('localhost', port + 1))
-        except OSError:
-          continue
-      return port
-  raise RuntimeError('no free port pair')
 
 
 class ServeProcess:
@@ -92,7 +75,7 @@ def served(tmp_path):
 
   def start(*bindings, checkpoint_dir=None, port=None):
     server = ServeProcess(tmp_path, checkpoint_dir or str(tmp_path / 'buffer'),
-                          port or _free_port_pair(), *bindings)
+                          port or remote_workers.free_port_pair(), *bindings)
     servers.append(server)
     return server
 
@@ -240,7 +223,7 @@ def test_client_of_another_spec_lists_the_differences(served):
 
 
 def test_unreachable_address_fails_within_the_timeout():
-  port = _free_port_pair()
+  port = remote_workers.free_port_pair()
   manager = smart_replay.ReplayBufferManager(
       data_spec=remote_workers.data_spec(),
       server_address=f'localhost:{port}', connect_timeout_s=2.0)

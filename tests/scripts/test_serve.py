@@ -1,0 +1,57 @@
+"""`smart-replay-serve`: the binary's address line, exit codes and errors.
+
+Serving real actors, SIGTERM and kill -9 are in
+tests/smart_replay/test_remote.py.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+from smart_replay import specs
+from tests import conftest
+from tests.smart_replay import remote_workers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
+                              'smart-replay-serve')
+
+
+def _serve(*args, timeout=120):
+  return subprocess.run([CONSOLE_SCRIPT, *args], capture_output=True,
+                        text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_bad_spec_file_and_missing_capacity_exit_2(tmp_path):
+  missing = _serve(f'--spec_file={tmp_path}/none.pbtxt',
+                   f'--checkpoint_dir={tmp_path}/buffer')
+  assert missing.returncode == 2
+  assert 'none.pbtxt' in missing.stderr and 'save_spec' in missing.stderr
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, conftest.collect_data_spec(conftest.make_env()))
+  no_capacity = _serve(f'--spec_file={spec_file}',
+                       f'--checkpoint_dir={tmp_path}/buffer')
+  assert no_capacity.returncode == 2
+  assert 'capacity' in no_capacity.stderr and 'gin' in no_capacity.stderr
+
+
+def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, conftest.collect_data_spec(conftest.make_env()))
+  process = subprocess.Popen(
+      [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
+       f'--checkpoint_dir={tmp_path}/buffer',
+       f'--port={remote_workers.free_port_pair()}',
+       '--gin_file=configs/serve.gin'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+  line = process.stdout.readline()
+  assert line.startswith("Serving ['experience'] at "), line
+  process.send_signal(signal.SIGINT)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == 0, err[-2000:]
+  assert 'SECURITY' in err and 'ALL network interfaces' in err
+  assert 'Stopped; final checkpoint:' in err
+  assert os.path.isdir(os.path.join(tmp_path, 'buffer', 'checkpoints',
+                                    'ckpt-000001'))
+  del out
