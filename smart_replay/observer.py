@@ -20,8 +20,9 @@ observer
   waits, for at most `reconnect_timeout_s`, for Reverb's writer to reconnect
   and send the pending items; after that it raises `ServerUnavailableError`
   and counts the steps and items it could not store (`num_lost_steps`,
-  `num_lost_items`), so nothing is dropped silently, and the next step starts
-  a new episode on a new connection.
+  `num_lost_items`), so nothing it wrote is dropped silently, and the next
+  step starts a new episode on a new connection (what the server stored after
+  its last checkpoint is lost with the server: checkpoint often enough).
 
 Speed: the stock observers go through the Python layer of Reverb's
 `TrajectoryWriter` (its history bookkeeping and item slicing cost more than
@@ -111,16 +112,17 @@ class _Stream:
   """One environment's writer and the per-table progress of its episode."""
 
   def __init__(self, make_writer: Callable[[], reverb.TrajectoryWriter],
-               table_names, keep_alive: int, max_unconfirmed: int):
+               table_names, keep_alive: int):
     self._make_writer = make_writer
     self.history = collections.deque(maxlen=keep_alive)
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
-    # Last steps of the newest created items, oldest first: once the server
-    # confirms all but k of them, every step up to `created[-k - 1]` is
-    # stored.
-    self.created = collections.deque(maxlen=max_unconfirmed)
+    # Last steps of the created items not known to be confirmed, oldest
+    # first: once the server confirms all but k of them, every step up to
+    # `created[-k - 1]` is stored (Reverb confirms in order, except after a
+    # reconnect, where the count of lost steps is approximate).
+    self.created = collections.deque()
     self.confirmed_steps = 0  # Steps up to here are all stored.
     self.total_steps = 0  # Steps written by this stream (stride alignment).
     self.piece_steps = dict.fromkeys(table_names, 0)
@@ -143,6 +145,8 @@ class _Stream:
     self.confirmed_steps = self.total_steps
     self.chunk_steps = 0  # Steps in the writer's open chunk.
     self.episode_steps = 0  # Steps of the current episode in the writer.
+    # The writer's episode still has to be ended (its end timed out).
+    self.writer_episode_open = False
     # Episode tables: steps of the current piece, and whether the rest of the
     # episode is skipped ('truncate' after the first piece, 'drop' once too
     # long).
@@ -286,12 +290,9 @@ class TrajectoryObserver:
     def make_writer():
       return _new_writer(client, chunk_length=self.chunk_length,
                          keep_alive=self._keep_alive)
-    # At most _PENDING_LIMIT items, or one chunk's items, are unconfirmed.
-    max_unconfirmed = _PENDING_LIMIT + (self.chunk_length + 1) * len(
-        self._tables)
     self._streams = [
         _Stream(make_writer, [t.name for t in self._episode_tables],
-                self._keep_alive, max_unconfirmed)
+                self._keep_alive)
         for _ in range(num_envs or 1)]
     self._closed = False
     self.num_steps = 0
@@ -377,6 +378,8 @@ class TrajectoryObserver:
       ServerUnavailableError: if the server did not answer for
         `reconnect_timeout_s`; the unconfirmed steps are counted in
         `num_lost_steps` and the next step starts a new episode.
+      WriteFailedError: if the server refused the writes (e.g. it restarted
+        with other tables); the loss is counted the same way.
     """
     if os.getpid() != self._pid:
       raise errors.ManagerStateError(
@@ -421,16 +424,23 @@ class TrajectoryObserver:
     room = max(_PENDING_LIMIT - len(stream.deferred), 0)
     self._wait(stream, 'flush', lambda timeout_ms: stream.writer.flush(
         block_until_num_items=room, timeout_ms=timeout_ms))
-    for table, priority, columns, last_step in stream.deferred:
+    while len(stream.created) > room:  # Those are confirmed now.
+      stream.confirmed_steps = max(stream.confirmed_steps,
+                                   stream.created.popleft())
+    for index, (table, priority, columns, last_step) in enumerate(
+        stream.deferred):
       try:
         stream.create_item(table, priority, columns, self._squeeze)
       except RuntimeError as e:
+        del stream.deferred[:index]  # Those were created.
         self._failed(stream, 'create_item', e)
       stream.created.append(last_step)
     stream.deferred.clear()
     return True
 
   def _write(self, stream: _Stream, step: List[np.ndarray]) -> None:
+    if stream.writer_episode_open:  # An earlier end of episode timed out.
+      self._end_writer_episode(stream)
     step_type = int(step[self._step_type])
     if stream.episode_steps and (stream.gap or step_type == _FIRST):
       # Reset mid-episode, or a lost step: never join the two pieces.
@@ -494,14 +504,17 @@ class TrajectoryObserver:
     if self._clear_at_episode_end:
       stream.history.clear()  # The writer drops these cells' references.
     stream.chunk_steps = 0  # The writer closes (or drops) its open chunk.
-    # Reverb ends the episode even when the wait times out: a retry only
-    # waits for the pending items.
+    # Reverb ends the writer's episode only once its flush succeeds: until
+    # then the next write must end it first.
+    stream.writer_episode_open = True
+    self._end_writer_episode(stream)
+
+  def _end_writer_episode(self, stream: _Stream) -> None:
     self._wait(stream, 'the end of an episode',
                lambda timeout_ms: stream.writer.end_episode(
                    clear_buffers=self._clear_at_episode_end,
-                   timeout_ms=timeout_ms),
-               retry=lambda timeout_ms: stream.writer.flush(
                    timeout_ms=timeout_ms))
+    stream.writer_episode_open = False
     self._confirmed(stream)
 
   def end_episode(self) -> None:
@@ -514,6 +527,7 @@ class TrajectoryObserver:
 
     Raises:
       WaitTimeoutError: if the server does not accept the items in time.
+      ServerUnavailableError, WriteFailedError: see `__call__`.
     """
     with self._lock:
       if self._closed:
@@ -560,19 +574,17 @@ class TrajectoryObserver:
     return unconfirmed > 0 or unsent == 0
 
   def _wait(self, stream: _Stream, what: str,
-            call: Callable[[int], None],
-            retry: Optional[Callable[[int], None]] = None) -> None:
+            call: Callable[[int], None]) -> None:
     """Runs `call(timeout_ms)`, a bounded wait on the server.
 
-    If it times out while the server does not answer, waits again (with
-    `retry`, default `call`) in growing steps for up to `reconnect_timeout_s`
-    while Reverb's writer reconnects; then gives the stream up.
+    If it times out while the server does not answer, calls it again in
+    growing steps for up to `reconnect_timeout_s` while Reverb's writer
+    reconnects; then gives the stream up.
 
     Raises:
       WaitTimeoutError: the server answers but does not accept the items.
       ServerUnavailableError: the server did not come back in time.
     """
-    retry = retry or call
     try:
       call(self._timeout_ms)
       return
@@ -603,7 +615,7 @@ class TrajectoryObserver:
       if left <= 0:
         break
       try:
-        retry(max(1, int(min(delay, left) * 1000)))
+        call(max(1, int(min(delay, left) * 1000)))
       except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
         if not isinstance(e, reverb.errors.DeadlineExceededError):
           self._failed(stream, what, e)
@@ -612,7 +624,7 @@ class TrajectoryObserver:
           continue
         # Back, but the items are not accepted yet: the usual bounded wait.
         try:
-          retry(self._timeout_ms)
+          call(self._timeout_ms)
         except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
           if not isinstance(e, reverb.errors.DeadlineExceededError):
             self._failed(stream, what, e)
@@ -686,11 +698,9 @@ class TrajectoryObserver:
     lost_items = unconfirmed + len(stream.deferred)
     self.num_lost_steps += lost_steps
     self.num_lost_items += lost_items
-    logging.error('Lost %d step(s) and %d item(s) that the unreachable server '
-                  'never confirmed.', lost_steps, lost_items)
-    # The old writer keeps retrying in Reverb's background thread; it is
-    # released, without a wait, when it is garbage collected.
-    stream.new_writer()
+    logging.error('Lost %d step(s) and %d item(s) that the server never '
+                  'confirmed.', lost_steps, lost_items)
+    stream.new_writer()  # Closes the old one at once, dropping its items.
     return lost_steps, lost_items
 
   def flush(self) -> None:
@@ -700,6 +710,7 @@ class TrajectoryObserver:
       WaitTimeoutError: if that takes longer than `timeout_s`.
       ServerUnavailableError: if the server did not answer for
         `reconnect_timeout_s` (see `__call__`).
+      WriteFailedError: if the server refused the writes (see `__call__`).
     """
     with self._lock:
       if self._closed:
@@ -721,6 +732,8 @@ class TrajectoryObserver:
     Raises:
       WaitTimeoutError: if the flush times out (the writers are closed
         anyway).
+      ServerUnavailableError, WriteFailedError: see `__call__` (the writers
+        are closed anyway).
     """
     with self._lock:
       if self._closed:
