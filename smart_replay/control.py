@@ -76,7 +76,8 @@ class ControlServer:
     self._server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(
             max_workers, thread_name_prefix='smart_replay_control'),
-        options=_OPTIONS)
+        # gRPC shares a port already in use (SO_REUSEPORT) by default.
+        options=_OPTIONS + [('grpc.so_reuseport', 0)])
     self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         SERVICE, {name: grpc.unary_unary_rpc_method_handler(
             self._wrap(fn), request_deserializer=_decode,
@@ -133,10 +134,9 @@ class ControlClient:
       The handler's JSON answer.
 
     Raises:
-      ServerUnavailableError: if nothing answers at `address` in time.
-      WaitTimeoutError: if the server took longer than `timeout_s`.
+      ServerUnavailableError: if no answer came within `timeout_s`.
       SmartReplayError, ValueError, RuntimeError: what the handler raised,
-        with its message.
+        with its message; RuntimeError for other gRPC failures.
     """
     stub = self._channel.unary_unary(f'/{SERVICE}/{method}',
                                      request_serializer=_encode,
@@ -145,13 +145,15 @@ class ControlClient:
       answer = stub(request or {}, timeout=timeout_s, wait_for_ready=True)
     except grpc.RpcError as e:
       code = e.code()  # pylint: disable=no-member
-      if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+      if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                  grpc.StatusCode.UNAVAILABLE):
         raise errors.ServerUnavailableError(
             f'the smart_replay control service at {self.address} did not '
-            f'answer {method!r} within {timeout_s:g} s. Is the server '
-            'running (smart-replay-serve), and is its control port '
-            'reachable from here?') from None
-      raise errors.ServerUnavailableError(
+            f'answer {method!r} within {timeout_s:g} s ({code.name}): it is '
+            'not reachable (is smart-replay-serve running, and its control '
+            'port open from here?), or still working on a long request (a '
+            'large checkpoint).') from None
+      raise RuntimeError(
           f'the smart_replay control service at {self.address} failed on '
           f'{method!r}: {code.name} {e.details()}') from None  # pylint: disable=no-member
     if 'error' in answer:
