@@ -12,12 +12,14 @@ service's (configuration and checkpoints, `smart_replay.control`).
 """
 
 import socket
+import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import gin
 
+from smart_replay import checkpoint_files
 from smart_replay import control as control_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
@@ -35,8 +37,12 @@ SECURITY_WARNING = (
     '(README: "Security").')
 
 
-def _total(stats: Dict[str, Any], key: str) -> int:
-  return sum(t[key] for t in stats['tables'].values())
+def _saved_counts(path: str):
+  """(inserts, samples) over all tables, as the checkpoint at `path` holds
+  them (the live counters may already be ahead: clients write meanwhile)."""
+  counters = checkpoint_files.read_table_counters(path).values()
+  return (sum(c['inserts'] for c in counters),
+          sum(c['samples'] for c in counters))
 
 
 @gin.configurable
@@ -109,6 +115,7 @@ class ReplayServer:
     self._last_checkpoint_time = None
     self._last_checkpoint_counts = None
     self._last_log = None  # (time, stats) of the previous status line.
+    self._lock = threading.Lock()
     self._started = self._closed = False
 
   # ----------------------------------------------------------------- start-up
@@ -137,11 +144,14 @@ class ReplayServer:
           'start empty.')
     if existing and self._on_existing == 'resume':
       manager.load_replay_buffer()
-      logging.info('Resumed %s: %s items.', manager.loaded_checkpoint,
-                   {n: t['items'] for n, t in manager.stats()['tables'].items()})
       self._last_checkpoint = manager.loaded_checkpoint
+      self._last_checkpoint_counts = _saved_counts(self._last_checkpoint)
+      logging.info('Resumed %s: %s items.', self._last_checkpoint,
+                   {n: t['items'] for n, t in
+                    manager.loaded_manifest['counts']['tables'].items()})
     else:
       manager.create_replay_buffer(overwrite=bool(existing))
+      self._last_checkpoint_counts = (0, 0)
     self._started = True
     try:
       port = int(manager.server_address.rpartition(':')[2])
@@ -153,9 +163,7 @@ class ReplayServer:
       self.close(final_checkpoint=False)
       raise
     self._last_checkpoint_time = time.monotonic()
-    stats = manager.stats()
-    self._last_checkpoint_counts = self._counts(stats)
-    self._last_log = (time.monotonic(), stats)
+    self._last_log = (time.monotonic(), manager.stats())
     logging.warning(SECURITY_WARNING.format(port=port,
                                             control_port=self._control.port))
     return self
@@ -208,7 +216,8 @@ class ReplayServer:
 
   @staticmethod
   def _counts(stats: Dict[str, Any]):
-    return _total(stats, 'inserts'), _total(stats, 'samples')
+    return tuple(sum(t[key] for t in stats['tables'].values())
+                 for key in ('inserts', 'samples'))
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None,
                  reason: str = 'requested') -> str:
@@ -226,12 +235,13 @@ class ReplayServer:
     """
     started = time.monotonic()
     path = self._manager.checkpoint(extra=extra)
-    stats = self._manager.stats()
-    self._last_checkpoint, self._last_checkpoint_time = path, time.monotonic()
-    self._last_checkpoint_counts = self._counts(stats)
-    logging.info('Checkpoint %s (%s) in %.1f s: %s items.', path, reason,
-                 time.monotonic() - started,
-                 {n: t['items'] for n, t in stats['tables'].items()})
+    counts = _saved_counts(path)
+    with self._lock:  # Control threads and the poll loop both get here.
+      if self._last_checkpoint is None or path > self._last_checkpoint:
+        self._last_checkpoint, self._last_checkpoint_counts = path, counts
+      self._last_checkpoint_time = time.monotonic()
+    logging.info('Checkpoint %s (%s) in %.1f s: %s inserts, %s samples in all.',
+                 path, reason, time.monotonic() - started, *counts)
     return path
 
   def poll(self) -> Optional[str]:
@@ -243,10 +253,18 @@ class ReplayServer:
 
     Returns:
       The path of the checkpoint written, or None.
+
+    Raises:
+      ManagerStateError: if the server is closed.
     """
     now = time.monotonic()
     path = None
-    stats = self._manager.stats()
+    try:
+      stats = self._manager.stats()
+    except errors.WaitTimeoutError as e:  # Busy; try again at the next poll.
+      logging.warning('The buffer did not answer in time (%s); serving goes '
+                      'on.', e)
+      return None
     inserts, samples = self._counts(stats)
     last_inserts, last_samples = self._last_checkpoint_counts
     due = []
@@ -292,7 +310,8 @@ class ReplayServer:
              ', INSERTS BLOCKED by its rate limiter'))
     if self._last_checkpoint:
       ago = now - self._last_checkpoint_time
-      parts.append(f'last checkpoint {self._last_checkpoint} ({ago:.0f} s ago)')
+      parts.append(f'last checkpoint {self._last_checkpoint} '
+                   f'({max(ago, 0):.0f} s ago)')
     else:
       parts.append('no checkpoint yet')
     return ' | '.join(parts)
@@ -315,9 +334,16 @@ class ReplayServer:
     """
     if not self._started or self._closed:
       raise errors.ManagerStateError('start() the ReplayServer before serving.')
-    while not stop_requested():
-      self.poll()
-      time.sleep(poll_s)
+    try:
+      while not stop_requested():
+        self.poll()
+        time.sleep(poll_s)
+    except KeyboardInterrupt:  # A second signal: quit without the final one.
+      self.close(final_checkpoint=False)
+      raise
+    except BaseException:
+      self.close()
+      raise
     return self.close()
 
   # ---------------------------------------------------------------- lifecycle
@@ -335,7 +361,8 @@ class ReplayServer:
       The last checkpoint, or None.
 
     Raises:
-      WaitTimeoutError, CheckpointCorruptError: if the final checkpoint fails.
+      SmartReplayError: if the final checkpoint fails (e.g. WaitTimeoutError,
+        CheckpointCorruptError).
     """
     if self._closed:
       return self._last_checkpoint
