@@ -527,9 +527,10 @@ class ReplayBufferManager:
       counters = stored.get(name, {'inserts': 0, 'samples': 0})
       inserted = stats[name]['inserts'] - counters['inserts']
       sampled = stats[name]['samples'] - counters['samples']
-      # Each insert adds an item and may evict one; a sample may remove one.
+      # An insert adds an item (evicting one when full); a sample may remove
+      # one.
       explained = explained and bool(inserted or sampled) and (
-          want - inserted - sampled <= restored[name] <= want + inserted)
+          want - sampled <= restored[name] <= want + inserted)
     if not explained:
       raise errors.CheckpointCorruptError(
           f'checkpoint {path} restored {restored} items, but its manifest '
@@ -591,6 +592,7 @@ class ReplayBufferManager:
       ManifestMismatchError: if the server's spec or tables differ from the
         local ones; lists every difference (server value, local value).
       ManagerStateError: if not in client mode, or already started or closed.
+      RuntimeError: if the server's control service fails otherwise.
     """
     self._require_state(started=False)
     if self._server_address is None:
@@ -629,14 +631,17 @@ class ReplayBufferManager:
                            else None),
           server_address=self._server_address,
           rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
+      self._client, self._control, self._served = client, control, served
+      self._tf_client = reverb.TFClient(self._server_address)
+      self._serving.assign(True)
+      self.make_observer(num_envs=self._num_envs)
     except BaseException:
+      self._stop_server()
       control.close()
+      self._sequence_length = self._stride_length = self._config = None
       self._table_configs, self._max_priority = [], {}
+      self._served = self._tf_client = None
       raise
-    self._client, self._control, self._served = client, control, served
-    self._tf_client = reverb.TFClient(self._server_address)
-    self._serving.assign(True)
-    self.make_observer(num_envs=self._num_envs)
     logging.info('Connected to the replay buffer served at %s (tables %s, '
                  'checkpoints in %s on the server).', self._server_address,
                  [c.name for c in self._table_configs],
@@ -952,6 +957,8 @@ class ReplayBufferManager:
 
   def _prioritized_table(self, table_name: Optional[str]
                          ) -> tables_lib.TableConfig:
+    if self._config is None:  # Client mode before connect().
+      self._require_state(started=True)
     if table_name is None:
       found = [c for c in self._table_configs if c.prioritized]
       if not found:
@@ -993,6 +1000,8 @@ class ReplayBufferManager:
       CheckpointCorruptError: if Reverb's output is missing or incomplete, or
         Reverb failed to write it.
       ManagerStateError: if the manager is not started.
+      ServerUnavailableError: in client mode, if the server does not answer
+        within the deadline (3 x checkpoint_timeout_s).
     """
     for key, value in (extra or {}).items():
       try:
@@ -1006,8 +1015,9 @@ class ReplayBufferManager:
       self._require_state(started=True)
       if self._control is not None:
         self.flush()
+        # The server may first wait for its own save in progress.
         path = self._control.call('checkpoint', {'extra': extra},
-                                  timeout_s=self._checkpoint_timeout_s)
+                                  timeout_s=3 * self._checkpoint_timeout_s)
         logging.info('The server at %s checkpointed to %s',
                      self._server_address, path)
         return path
@@ -1315,12 +1325,16 @@ class ReplayBufferManager:
 
     Raises:
       WaitTimeoutError: if the server does not accept pending items in time.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps
+        (see `TrajectoryObserver`).
     """
     for obs in self._observers:
       obs.flush()
 
   def clear(self) -> None:
     """Empties every table of the running server; checkpoints are untouched.
+
+    In client mode this empties the shared server's tables for every client.
 
     Observers are flushed first and their current episode is closed, so items
     written after `clear()` hold only steps written after it. Counters in
@@ -1355,6 +1369,8 @@ class ReplayBufferManager:
     Raises:
       WaitTimeoutError: if an observer could not flush in time, or an earlier
         checkpoint did not finish.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps
+        (see `TrajectoryObserver`).
     """
     with self._lock:
       if self._closed:
@@ -1364,7 +1380,7 @@ class ReplayBufferManager:
       for obs in self._observers:
         try:
           obs.close()
-        except errors.WaitTimeoutError as e:
+        except errors.SmartReplayError as e:
           failure = failure or e
           logging.error('Closing observer failed: %s', e)
       try:
