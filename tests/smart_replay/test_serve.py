@@ -163,3 +163,24 @@ def test_spec_file_round_trip(tmp_path, data_spec):
   bad.write_text('not a spec {')
   with pytest.raises(ValueError, match='not a TF-Agents spec file'):
     specs.load_spec(str(bad))
+
+
+def test_control_service_refuses_a_port_in_use_and_reraises_errors():
+  from smart_replay import control  # pylint: disable=g-import-not-at-top
+  def fails(request):
+    raise smart_replay.WaitTimeoutError(f'took too long: {request}')
+  first = control.ControlServer({'info': lambda request: {'ok': 1},
+                                 'fails': fails}, port=0)
+  try:
+    with pytest.raises(ValueError, match=f'port {first.port}'):
+      control.ControlServer({'info': dict}, port=first.port)
+    client = control.ControlClient(f'localhost:{first.port}')
+    assert client.call('info', timeout_s=5) == {'ok': 1}
+    with pytest.raises(smart_replay.WaitTimeoutError,
+                       match=r"from the server .* took too long: \{'x': 1\}"):
+      client.call('fails', {'x': 1}, timeout_s=5)
+    with pytest.raises(RuntimeError, match='UNIMPLEMENTED'):
+      client.call('missing', timeout_s=5)
+    client.close()
+  finally:
+    first.stop()
