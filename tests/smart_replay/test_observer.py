@@ -470,3 +470,50 @@ def test_a_spec_with_an_unknown_dimension_is_refused_up_front(data_spec):
     observer_lib.TrajectoryObserver(
         None, tables=[_PAIRS],
         data_spec=spec)
+
+
+def _episode_ids(checkpoint):
+  """Reverb's episode ids of the chunks stored in `checkpoint`."""
+  from reverb.cc import schema_pb2  # pylint: disable=g-import-not-at-top
+  records = tf.data.TFRecordDataset(f'{checkpoint}/chunks.tfrecord',
+                                    compression_type='ZLIB')
+  return {schema_pb2.ChunkData.FromString(r).sequence_range.episode_id
+          for r in records.as_numpy_iterator()}
+
+
+def test_an_end_of_episode_that_timed_out_is_ended_before_the_next_step(
+    make_manager):
+  from tf_agents.environments import random_py_environment  # pylint: disable=g-import-not-at-top
+  env = random_py_environment.RandomPyEnvironment(
+      conftest.OBSERVATION_SPEC, conftest.ACTION_SPEC,
+      episode_end_probability=0.0, min_duration=3, max_duration=3, seed=2)
+  policy = conftest.make_policy(env, 2)
+  steps, time_step = [], env.reset()
+  for _ in range(7):  # An episode of 3 steps, its boundary, 3 more steps.
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    steps.append(trajectory_lib.from_transition(time_step, action,
+                                                next_time_step))
+    time_step = next_time_step
+  manager = make_manager(capacity=2, write_timeout_s=1.0, table_configs=[
+      tables.TableConfig(name='queue', max_times_sampled=1, sampler='fifo',
+                         block_inserts_when_full=True)])
+  manager.create_replay_buffer()
+  observer = manager.observer
+  with pytest.raises(errors.WaitTimeoutError, match='the end of an episode'):
+    for step in steps[:4]:  # 3 items; the queue takes 2.
+      observer(step)
+  snapshot = reverb.Client(manager.server_address).checkpoint  # No flush.
+  first_episode = _episode_ids(snapshot())
+  first, _ = conftest.read_all_items(manager, 'queue', batch_size=1)
+  assert len(first) == 3  # Reading made room for the pending item.
+  for step in steps[4:7]:  # Ends the first episode in Reverb, then writes.
+    observer(step)
+  observer.flush()
+  second_episode = _episode_ids(snapshot())
+  assert len(first_episode) == len(second_episode) == 1
+  assert first_episode != second_episode  # Reverb's episode was ended.
+  second, _ = conftest.read_all_items(manager, 'queue', batch_size=1)
+  want = [conftest.item_fingerprint(i)
+          for i in conftest.expected_items(steps[:7], 2)]
+  assert sorted(first + second) == sorted(want)
