@@ -557,16 +557,7 @@ class ReplayBufferManager:
             'checkpoint overrode them):\n'
             + manifest_lib.format_differences(diffs, 'running', 'requested'),
             diffs)
-      self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
-          self._data_spec, table_name=self._table_configs[0].name,
-          sequence_length=(self._table_configs[0].sequence_length
-                           if self._table_configs[0].kind == 'sequence'
-                           else None),
-          local_server=self._server,
-          rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
-      self._tf_client = reverb.TFClient(self._client.server_address)
-      self._serving.assign(True)
-      self.make_observer(num_envs=self._num_envs)
+      self._serve_clients(local_server=self._server)
     except BaseException:
       self._stop_server()
       raise
@@ -624,17 +615,8 @@ class ReplayBufferManager:
             f'the Reverb tables at {self._server_address} differ from the '
             f'local spec ({len(diffs)} difference(s)):\n'
             + manifest_lib.format_differences(diffs, 'server', 'local'), diffs)
-      self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
-          self._data_spec, table_name=self._table_configs[0].name,
-          sequence_length=(self._table_configs[0].sequence_length
-                           if self._table_configs[0].kind == 'sequence'
-                           else None),
-          server_address=self._server_address,
-          rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000))
       self._client, self._control, self._served = client, control, served
-      self._tf_client = reverb.TFClient(self._server_address)
-      self._serving.assign(True)
-      self.make_observer(num_envs=self._num_envs)
+      self._serve_clients(server_address=self._server_address)
     except BaseException:
       self._stop_server()
       control.close()
@@ -647,6 +629,19 @@ class ReplayBufferManager:
                  [c.name for c in self._table_configs],
                  served['checkpoint_dir'])
     return self._replay_buffer, self._observers[0]
+
+  def _serve_clients(self, **server) -> None:
+    """Makes the replay buffer, TF client and first observer of a started
+    buffer; `server` is `local_server=` or `server_address=`."""
+    first = self._table_configs[0]
+    self._replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
+        self._data_spec, table_name=first.name,
+        sequence_length=(first.sequence_length if first.kind == 'sequence'
+                         else None),
+        rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000), **server)
+    self._tf_client = reverb.TFClient(self._client.server_address)
+    self._serving.assign(True)
+    self.make_observer(num_envs=self._num_envs)
 
   def _adopt_served_config(self, config: Dict[str, Any]) -> None:
     """Takes the server's buffer config; raises if the local one differs."""

@@ -132,6 +132,7 @@ class ReplayServer:
       ManifestMismatchError, CheckpointCorruptError: if resuming fails (see
         `ReplayBufferManager.load_replay_buffer`); nothing is deleted.
       ValueError: if a port is in use.
+      ManagerStateError: if already started.
     """
     if self._started:
       raise errors.ManagerStateError('this ReplayServer is already started.')
