@@ -34,6 +34,7 @@ setuptools.setup(
         'tqdm',
         'matplotlib',  # benchmark charts (headless, Agg)
         'psutil',  # benchmark: server memory
+        'cramjam',  # snappy: reading the chunks of Reverb checkpoint files
     ],
     extras_require={'test': ['pytest>=7']},
 )

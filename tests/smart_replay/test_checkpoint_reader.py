@@ -1,0 +1,91 @@
+"""Reading a checkpoint's items and steps from its files, without a server."""
+
+import os
+
+import numpy as np
+import pytest
+import reverb
+
+import smart_replay
+from smart_replay import checkpoint_reader
+from tests import conftest
+
+
+def _fingerprints(data_spec, items):
+  return [conftest.item_fingerprint(checkpoint_reader.unflatten(
+      data_spec, item.columns)) for item in items]
+
+
+def test_items_once_in_insertion_order_after_eviction(make_manager,
+                                                      data_spec):
+  manager = make_manager(capacity=40)
+  _, observer = manager.create_replay_buffer()
+  record = conftest.run_actor(observer, 150, seed=3)
+  path = manager.checkpoint()
+  reader = checkpoint_reader.CheckpointReader(path)
+  assert reader.tables() == {'experience': 40}
+  want = conftest.expected_items(record.steps, 2)[-40:]  # FIFO kept these.
+  items = list(reader.items('experience'))
+  assert _fingerprints(data_spec, items) == [conftest.item_fingerprint(w)
+                                             for w in want]
+  assert len({item.key for item in items}) == 40
+  assert all(item.times_sampled == 0 for item in items)
+
+
+def test_pieces_rebuild_the_stored_steps_of_each_episode(make_manager,
+                                                         data_spec):
+  manager = make_manager(capacity=1000)
+  _, observer = manager.create_replay_buffer()
+  record = conftest.run_actor(observer, 80, seed=5)
+  reader = checkpoint_reader.CheckpointReader(manager.checkpoint())
+  episodes, episode = [], []
+  for step in record.steps:
+    episode.append(step)
+    if step.is_boundary():
+      episodes.append(episode)
+      episode = []
+  if len(episode) >= 2:
+    episodes.append(episode)
+  pieces = reader.pieces('experience')
+  assert [p.start for p in pieces] == [0] * len(episodes)
+  assert [[conftest.item_fingerprint(s) for s in e] for e in episodes] == [
+      [conftest.item_fingerprint(checkpoint_reader.unflatten(
+          data_spec, [c[i] for c in p.columns])) for i in range(p.num_steps)]
+      for p in pieces]
+
+
+def test_delta_encoded_chunks_are_decoded(tmp_path):
+  # Reverb's legacy writer delta-encodes integer columns when asked.
+  server = reverb.Server([reverb.Table(
+      't', reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
+      reverb.rate_limiters.MinSize(1))],
+      checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path)))
+  try:
+    client = reverb.Client(f'localhost:{server.port}')
+    with client.writer(max_sequence_length=3, delta_encoded=True,
+                       chunk_length=3) as writer:
+      for i in range(6):
+        writer.append(np.array([i * 7, -i], np.int64))
+        if i >= 2:
+          writer.create_item('t', 3, 1.0)
+    path = client.checkpoint()
+  finally:
+    server.stop()
+  items = list(checkpoint_reader.CheckpointReader(path).items())
+  got = [item.columns[0].tolist() for item in items]
+  assert got == [[[i * 7, -i] for i in range(j - 2, j + 1)]
+                 for j in range(2, 6)]
+
+
+def test_incomplete_or_damaged_checkpoints_are_named(make_manager, tmp_path):
+  with pytest.raises(smart_replay.CheckpointCorruptError, match='missing'):
+    checkpoint_reader.CheckpointReader(str(tmp_path))
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  conftest.run_actor(observer, 30)
+  path = manager.checkpoint()
+  with open(os.path.join(path, 'items.tfrecord'), 'r+b') as f:
+    f.seek(20)
+    f.write(b'garbage!')
+  with pytest.raises(smart_replay.CheckpointCorruptError, match=path):
+    checkpoint_reader.CheckpointReader(path)
