@@ -32,6 +32,7 @@ import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
 from smart_replay import checkpoint_files
+from smart_replay import checkpoint_reader
 from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import control as control_lib
 from smart_replay import dataset as dataset_lib
@@ -1221,6 +1222,90 @@ class ReplayBufferManager:
             'lost_steps': sum(o.num_lost_steps for o in self._observers),
             'lost_items': sum(o.num_lost_items for o in self._observers),
             'reconnects': sum(o.num_reconnects for o in self._observers)}
+
+  # ------------------------------------------------------------------ epochs
+
+  def num_batches(self, batch_size: int, *, table_name: Optional[str] = None,
+                  drop_remainder: bool = False) -> int:
+    """Returns how many batches one `epoch()` of the table yields now.
+
+    Args:
+      batch_size: items per batch.
+      table_name: the table; default the first.
+      drop_remainder: count only full batches.
+
+    Returns:
+      `ceil(items / batch_size)` (`floor` with `drop_remainder`); call
+      `flush()` first to include items still in an observer's open chunk.
+
+    Raises:
+      ValueError: if `batch_size` or the table is invalid.
+      ManagerStateError: if the manager is not started.
+    """
+    _positive('batch_size', batch_size, integer=True)
+    self._require_state(started=True)
+    items = self._table_stats()[self._table_config(table_name).name]['items']
+    return items // batch_size if drop_remainder else -(-items // batch_size)
+
+  def epoch(self, batch_size: int, *, table_name: Optional[str] = None,
+            seed: Optional[int] = None, drop_remainder: bool = False):
+    """Visits every stored item of a table once, in shuffled order.
+
+    For training in epochs (as with ObjectRL's buffers) rather than by
+    sampling. The observers are flushed and the table is read from an exact
+    snapshot (as `stats(times_sampled=True)` takes, about the cost of a
+    checkpoint), so sampling counters and rate limiters are untouched and
+    no item is seen twice or missed.
+
+    Args:
+      batch_size: items per batch.
+      table_name: the table; default the first (sequence or episode items
+        of one length; episode tables need `episode_length` items).
+      seed: seed of the shuffle (None: a new order each call).
+      drop_remainder: leave out the last, smaller batch.
+
+    Yields:
+      `(trajectory, keys)`: a nest like the data spec with numpy arrays of
+      shape `[batch, steps, ...]`, and the items' uint64 keys `[batch]`.
+
+    Raises:
+      ValueError: if `batch_size` or the table is invalid, or an episode
+        table holds items of different lengths.
+      ManagerStateError: if the manager is not started, or in client mode
+        (the snapshot is on the server's machine).
+    """
+    _positive('batch_size', batch_size, integer=True)
+    self._require_state(started=True)
+    if self._store is None:
+      raise errors.ManagerStateError(
+          'epoch() reads an exact snapshot of the tables on the server\'s '
+          'disk; run it where the buffer is served (or export the buffer '
+          'with smart_replay.export and read that).')
+    config = self._table_config(table_name)
+    with self._lock:
+      self.flush()
+      self._wait_for_pending_save()
+      path = self._reverb_checkpoint()
+      try:
+        items = list(checkpoint_reader.CheckpointReader(path).items(
+            config.name))
+      finally:
+        shutil.rmtree(path, ignore_errors=True)
+    order = np.random.default_rng(seed).permutation(len(items))
+    stop = len(items) - len(items) % batch_size if drop_remainder else len(
+        items)
+    for begin in range(0, stop, batch_size):
+      batch = [items[i] for i in order[begin:begin + batch_size]]
+      lengths = {len(item.columns[0]) for item in batch}
+      if len(lengths) > 1:
+        raise ValueError(
+            f'table {config.name!r} holds items of lengths {sorted(lengths)}; '
+            'an epoch batches items of one length (use long_episodes=\'drop\' '
+            "or 'truncate' episode tables, or batch_size=1).")
+      columns = [np.stack(field) for field in zip(
+          *(item.columns for item in batch))]
+      yield (checkpoint_reader.unflatten(self._data_spec, columns),
+             np.array([item.key for item in batch], np.uint64))
 
   def _snapshot_items(self):
     """Reads every item's key and sample count from a throwaway checkpoint."""

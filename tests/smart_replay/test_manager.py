@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
+import tree
 
 import smart_replay
 from smart_replay import checkpoint_files
@@ -512,3 +513,29 @@ def test_manager_is_gin_configurable(tmp_path, data_spec):
     manager.close()
   finally:
     gin.clear_config()
+
+
+def test_epochs_visit_every_item_once_in_shuffled_order(make_manager):
+  manager = make_manager(capacity=100)
+  _, observer = manager.create_replay_buffer()
+  record = conftest.run_actor(observer, 80, seed=9)
+  want = sorted(conftest.item_fingerprint(i)
+                for i in conftest.expected_items(record.steps, 2))
+  assert manager.num_batches(16) == -(-len(want) // 16)
+  assert manager.num_batches(16, drop_remainder=True) == len(want) // 16
+  orders = []
+  for seed in (1, 2):
+    seen, keys = [], []
+    for trajectory, batch_keys in manager.epoch(16, seed=seed):
+      assert trajectory.reward.shape[1] == 2
+      seen += [conftest.item_fingerprint(tree.map_structure(
+          lambda x, b=b: x[b], trajectory)) for b in range(len(batch_keys))]
+      keys += batch_keys.tolist()
+    assert sorted(seen) == want and len(set(keys)) == len(want)
+    orders.append(keys)
+  assert orders[0] != orders[1]  # Shuffled per seed.
+  _, first_keys = next(iter(manager.epoch(5, seed=1)))
+  assert first_keys.tolist() == orders[0][:5]  # Same seed, same order.
+  assert manager.stats()['tables']['experience']['samples'] == 0
+  full = list(manager.epoch(16, drop_remainder=True))
+  assert len(full) == len(want) // 16
