@@ -1,0 +1,92 @@
+r"""Shows what a replay buffer holds: tables, spec, provenance, checkpoints.
+
+Examples:
+  smart-replay-inspect starter_buffers/office_seq2_2880steps
+  smart-replay-inspect buffer/checkpoints/ckpt-000003 --json
+  smart-replay-inspect starter_buffers/office_seq2_2880steps --plot office.png
+  smart-replay-inspect buffer-host:8000          # a running smart-replay-serve
+  smart-replay-inspect BUFFER --export_rlds=out/rlds     # or --export_npz=t.npz
+  smart-replay-inspect out/rlds --import_to=buffers/copy # an exported data set
+
+Exit codes: 0 done; 2 no such buffer, a damaged checkpoint, an unreachable
+server, or bad flags (the message says which).
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from smart_replay import cli
+from smart_replay import export
+from smart_replay import inspection
+from smart_replay import plots
+
+FLAGS = flags.FLAGS
+flags.DEFINE_boolean('json', False, 'Print JSON instead of text.')
+flags.DEFINE_string('plot', None, 'Write the figures to this PNG file '
+                    '(buffer directories and checkpoints only).')
+flags.DEFINE_string('table', None, 'Table for --plot / --export_*; default '
+                    'the first sequence table.')
+flags.DEFINE_string('export_rlds', None, 'Write an RLDS-style data set here.')
+flags.DEFINE_string('export_npz', None, 'Write flat transitions to this .npz.')
+flags.DEFINE_string('import_to', None, 'TARGET is an exported RLDS data set: '
+                    'write it into a new starter buffer here.')
+flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
+flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
+                   lower_bound=0.1)
+
+
+def _work(target):
+  if FLAGS.import_to:
+    path = export.import_rlds(target, FLAGS.import_to,
+                              overwrite=FLAGS.overwrite)
+    print(f'Imported {target} into {path}')
+    return
+  description = inspection.describe(target, timeout_s=FLAGS.timeout_s)
+  print(json.dumps(description, indent=1) if FLAGS.json else
+        inspection.format_text(description))
+  local = os.path.exists(target)
+  if (FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz) and not local:
+    raise ValueError('--plot and --export_* read checkpoint files; give a '
+                     'buffer directory or checkpoint folder (on a server, '
+                     "call checkpoint() and use the path it returns).")
+  if FLAGS.plot:
+    titles = plots.plot_buffer(target, FLAGS.plot, table=FLAGS.table)
+    print(f'Wrote {FLAGS.plot}: ' + '; '.join(titles), file=sys.stderr)
+  for writer, out in ((export.export_rlds, FLAGS.export_rlds),
+                      (export.export_npz, FLAGS.export_npz)):
+    if out:
+      result = writer(target, out, table=FLAGS.table,
+                      overwrite=FLAGS.overwrite)
+      print(f'Exported {result.items} items of {result.table!r} from '
+            f'{result.checkpoint}: {result.steps} steps, {result.episodes} '
+            f'episode pieces -> {result.path}', file=sys.stderr)
+
+
+def main(argv):
+  """Describes (and plots / exports) the buffer named on the command line.
+
+  Args:
+    argv: `[program, PATH_OR_ADDRESS]`.
+
+  Returns:
+    The process exit code (see the module docstring).
+  """
+  if len(argv) != 2:
+    raise app.UsageError('give one buffer directory, checkpoint folder, '
+                         f'data set or host:port; got {argv[1:]}')
+  _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1]),
+                                      quit_message='Interrupted.')
+  return exit_code or 0
+
+
+def run():
+  """Console-script entry point (`smart-replay-inspect`)."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()
