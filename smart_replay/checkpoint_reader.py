@@ -19,10 +19,12 @@ import os
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import cramjam
+from google.protobuf import message
 import numpy as np
 import tensorflow as tf
 import tree
 from reverb.cc import schema_pb2
+from reverb.cc.checkpointing import checkpoint_pb2
 
 from smart_replay import checkpoint_files
 from smart_replay import errors
@@ -41,6 +43,7 @@ class StoredItem(NamedTuple):
     inserted_at: insertion time, nanoseconds since the epoch.
     columns: one array `[steps, ...]` per field, in spec-flattening order.
     steps: `(episode_id, index)` of each of its steps.
+    squeezed: some column is a single step without a time dimension.
   """
   table: str
   key: int
@@ -49,6 +52,7 @@ class StoredItem(NamedTuple):
   inserted_at: int
   columns: List[np.ndarray]
   steps: List[Tuple[int, int]]
+  squeezed: bool = False
 
 
 class Piece(NamedTuple):
@@ -66,7 +70,7 @@ class Piece(NamedTuple):
 
   @property
   def num_steps(self) -> int:
-    """Steps in this piece."""
+    """Returns the number of steps in this piece."""
     return len(self.columns[0])
 
 
@@ -84,7 +88,9 @@ def _decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
                      'reader.')
   raw = bytes(cramjam.snappy.decompress_raw(proto.tensor_content))
   array = np.frombuffer(raw, dtype).reshape(shape)
-  if delta_encoded:  # Reverb stores integer columns as differences in time.
+  # Reverb delta-encodes only integer tensors of rank >= 2 (steps x ...):
+  # differences along the steps.
+  if delta_encoded and np.issubdtype(dtype, np.integer) and array.ndim >= 2:
     array = np.cumsum(array, axis=0, dtype=dtype)
   return array
 
@@ -107,23 +113,42 @@ class CheckpointReader:
           f'{path} is not a complete Reverb checkpoint: missing {missing}.')
     self.path = path
     try:
+      self._table_names = [
+          checkpoint_pb2.PriorityTableCheckpoint.FromString(r).table_name
+          for r in _records(path, 'tables.tfrecord')]
       self._chunks = {}
       for record in _records(path, 'chunks.tfrecord'):
         chunk = schema_pb2.ChunkData.FromString(record)
         self._chunks[chunk.chunk_key] = chunk
       self._items = [schema_pb2.PrioritizedItem.FromString(record)
                      for record in _records(path, 'items.tfrecord')]
-    except (tf.errors.OpError, ValueError) as e:
+    except (tf.errors.OpError, ValueError, message.DecodeError) as e:
       raise errors.CheckpointCorruptError(
           f'cannot read the checkpoint files in {path}: {e}') from e
-    # Insertion order (Reverb records the insertion time of each item).
+    # Insertion order: Reverb stamps each item with the server's clock when
+    # it is inserted (a stable sort keeps the file order of equal stamps).
     self._items.sort(key=lambda item: (item.inserted_at.seconds,
                                        item.inserted_at.nanos))
     self._decoded = collections.OrderedDict()  # A small cache of chunks.
 
   def tables(self) -> Dict[str, int]:
-    """Returns `{table: number of items}`."""
-    return dict(collections.Counter(item.table for item in self._items))
+    """Returns `{table: number of items}` for every table, empty ones too."""
+    counts = collections.Counter(item.table for item in self._items)
+    return {name: counts.get(name, 0) for name in self._table_names}
+
+  def priorities(self, table: str) -> List[float]:
+    """Returns the priorities of `table`'s items (nothing is decoded).
+
+    Raises:
+      ValueError: if `table` is not in the checkpoint.
+    """
+    self._check_table(table)
+    return [item.priority for item in self._items if item.table == table]
+
+  def _check_table(self, table: Optional[str]) -> None:
+    if table is not None and table not in self._table_names:
+      raise ValueError(f'table {table!r} is not in {self.path}; it holds '
+                       f'{self._table_names}.')
 
   def _chunk(self, key: int) -> List[np.ndarray]:
     if key in self._decoded:
@@ -134,8 +159,12 @@ class CheckpointReader:
       raise errors.CheckpointCorruptError(
           f'{self.path}: an item references chunk {key}, which is not in '
           'chunks.tfrecord.')
-    tensors = [_decode_tensor(t, chunk.delta_encoded)
-               for t in chunk.data.tensors]
+    try:
+      tensors = [_decode_tensor(t, chunk.delta_encoded)
+                 for t in chunk.data.tensors]
+    except (cramjam.DecompressionError, ValueError) as e:
+      raise errors.CheckpointCorruptError(
+          f'{self.path}: chunk {key} cannot be decoded: {e}') from e
     self._decoded[key] = tensors
     if len(self._decoded) > 256:
       self._decoded.popitem(last=False)
@@ -152,11 +181,9 @@ class CheckpointReader:
 
     Raises:
       ValueError: if `table` is not in the checkpoint.
-      CheckpointCorruptError: if an item's chunk is missing.
+      CheckpointCorruptError: if an item's chunk is missing or damaged.
     """
-    if table is not None and table not in self.tables():
-      raise ValueError(f'table {table!r} is not in {self.path}; it holds '
-                       f'{sorted(self.tables())}.')
+    self._check_table(table)
     for item in self._items:
       if table is not None and item.table != table:
         continue
@@ -175,7 +202,8 @@ class CheckpointReader:
       yield StoredItem(item.table, item.key, item.priority,
                        item.times_sampled,
                        item.inserted_at.seconds * 10**9 + item.inserted_at.nanos,
-                       columns, steps)
+                       columns, steps,
+                       any(c.squeeze for c in item.flat_trajectory.columns))
 
   def pieces(self, table: str) -> List[Piece]:
     """Rebuilds the steps `table`'s items hold, as runs of one episode.
@@ -191,11 +219,16 @@ class CheckpointReader:
       Pieces ordered by their episode's first insertion, then by step.
 
     Raises:
-      ValueError: if `table` is not in the checkpoint.
+      ValueError: if `table` is not in the checkpoint, or its items have
+        single-step (squeezed) columns.
+      CheckpointCorruptError: if an item's chunk is missing or damaged.
     """
     steps: Dict[Tuple[int, int], List[np.ndarray]] = {}
     episodes: Dict[int, None] = {}  # Insertion order of the episodes.
     for item in self.items(table):
+      if item.squeezed:
+        raise ValueError(f'table {table!r} has single-step (squeezed) '
+                         'columns; pieces need items of steps.')
       for position, step in enumerate(item.steps):
         episodes.setdefault(step[0])
         if step not in steps:
@@ -220,5 +253,14 @@ class CheckpointReader:
 
 
 def unflatten(data_spec: Any, columns: List[np.ndarray]) -> Any:
-  """Packs flat columns (spec-flattening order) into the spec's structure."""
+  """Packs flat columns into the structure of `data_spec`.
+
+  Args:
+    data_spec: the buffer's spec nest.
+    columns: one array per field, in spec-flattening order (as
+      `StoredItem.columns` and `Piece.columns`).
+
+  Returns:
+    The nest, e.g. a `Trajectory` of arrays.
+  """
   return tree.unflatten_as(data_spec, columns)

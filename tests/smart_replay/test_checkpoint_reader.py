@@ -65,16 +65,23 @@ def test_delta_encoded_chunks_are_decoded(tmp_path):
     with client.writer(max_sequence_length=3, delta_encoded=True,
                        chunk_length=3) as writer:
       for i in range(6):
-        writer.append(np.array([i * 7, -i], np.int64))
+        # Reverb delta-encodes only the integer field of rank >= 2 in a
+        # chunk; floats, bools and per-step integer scalars stay as they are.
+        writer.append((np.array([i * 7, -i], np.int64), np.float32(i + 0.5),
+                       np.bool_(i % 2), np.int32(10 + i)))
         if i >= 2:
           writer.create_item('t', 3, 1.0)
     path = client.checkpoint()
   finally:
     server.stop()
   items = list(checkpoint_reader.CheckpointReader(path).items())
-  got = [item.columns[0].tolist() for item in items]
-  assert got == [[[i * 7, -i] for i in range(j - 2, j + 1)]
-                 for j in range(2, 6)]
+  for item, j in zip(items, range(2, 6)):
+    steps = range(j - 2, j + 1)
+    assert item.columns[0].tolist() == [[i * 7, -i] for i in steps]
+    assert item.columns[1].tolist() == [i + 0.5 for i in steps]
+    assert item.columns[2].tolist() == [bool(i % 2) for i in steps]
+    assert item.columns[3].tolist() == [10 + i for i in steps]
+  assert len(items) == 4
 
 
 def test_incomplete_or_damaged_checkpoints_are_named(make_manager, tmp_path):
@@ -89,3 +96,15 @@ def test_incomplete_or_damaged_checkpoints_are_named(make_manager, tmp_path):
     f.write(b'garbage!')
   with pytest.raises(smart_replay.CheckpointCorruptError, match=path):
     checkpoint_reader.CheckpointReader(path)
+
+
+def test_an_empty_table_is_listed_and_yields_nothing(make_manager):
+  manager = make_manager()
+  manager.create_replay_buffer()
+  reader = checkpoint_reader.CheckpointReader(manager.checkpoint())
+  assert reader.tables() == {'experience': 0}
+  assert list(reader.items('experience')) == []
+  assert reader.pieces('experience') == []
+  assert reader.priorities('experience') == []
+  with pytest.raises(ValueError, match="'other' is not in"):
+    reader.priorities('other')
