@@ -16,7 +16,7 @@ import numpy as np
 from tf_agents.trajectories import time_step as ts
 
 from smart_replay import checkpoint_reader
-from smart_replay import checkpoints as checkpoints_lib
+from smart_replay import export
 from smart_replay import specs
 
 _LAST = int(ts.StepType.LAST)
@@ -24,7 +24,7 @@ _LAST = int(ts.StepType.LAST)
 
 def plot_buffer(source: str, output_png: str, *,
                 table: Optional[str] = None) -> List[str]:
-  """Draws the figures of a buffer's newest verified checkpoint.
+  """Draws the figures of a buffer's newest checkpoint that verifies.
 
   Args:
     source: a buffer directory or one `ckpt-N` folder.
@@ -39,16 +39,11 @@ def plot_buffer(source: str, output_png: str, *,
     CheckpointNotFoundError, CheckpointCorruptError: if there is no usable
       checkpoint.
     ValueError: if `table` is unknown or the buffer has no sequence table.
+      (An empty table gives empty panels.)
   """
-  path = checkpoints_lib.find_checkpoints(source)[0]
-  manifest = checkpoints_lib.verify(path)
+  path, manifest = export.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
-  sequence = [t['name'] for t in manifest['tables']
-              if t.get('kind', 'sequence') == 'sequence']
-  table = table or (sequence[0] if sequence else None)
-  if table not in sequence:
-    raise ValueError(f'plot needs a sequence table; {path} has sequence '
-                     f'tables {sequence}, got {table!r}.')
+  table = export.sequence_table(manifest, table)
   reader = checkpoint_reader.CheckpointReader(path)
   leaves = specs.flatten_spec(data_spec)
   index = {leaf.path: i for i, leaf in enumerate(leaves)}
@@ -104,8 +99,7 @@ def plot_buffer(source: str, output_png: str, *,
                        fontsize=7)
     axes[3].legend()
   for axis, name in zip(axes[4:], prioritized):
-    priorities = [item.priority for item in reader.items(name)]
-    axis.hist(priorities, bins=50, color='tab:purple')
+    axis.hist(reader.priorities(name), bins=50, color='tab:purple')
     axis.set_xlabel('priority')
   for axis, title in zip(axes, titles):
     axis.set_title(title)

@@ -113,7 +113,7 @@ def test_export_refuses_episode_tables_and_missing_buffers(
   _, observer = manager.create_replay_buffer()
   conftest.run_actor(observer, 30)
   manager.checkpoint()
-  with pytest.raises(ValueError, match='whole episodes'):
+  with pytest.raises(ValueError, match=r"sequence tables \[\] \(of \['episodes'\]\)"):
     export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
   with pytest.raises(smart_replay.CheckpointNotFoundError):
     export.export_rlds(str(tmp_path / 'nowhere'), str(tmp_path / 'rlds'))
@@ -130,3 +130,27 @@ def test_export_checks_the_item_count_against_the_manifest(buffer, tmp_path):
   with pytest.raises(smart_replay.CheckpointCorruptError,
                      match='manifest records'):
     export.export_rlds(source, str(tmp_path / 'rlds'))
+
+
+def test_empty_buffer_exports_an_empty_data_set(make_manager, tmp_path):
+  manager = make_manager()
+  manager.create_replay_buffer()
+  manager.checkpoint()
+  result = export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'r'))
+  assert (result.items, result.steps, result.episodes) == (0, 0, 0)
+  assert list(export.read_rlds(str(tmp_path / 'r'))) == []
+  export.export_npz(str(tmp_path / 'buffer'), str(tmp_path / 't.npz'))
+  data = np.load(tmp_path / 't.npz')
+  assert data['observation/temperature'].shape == (0, 3)
+
+
+def test_import_refuses_tables_whose_items_leave_gaps(make_manager, tmp_path):
+  manager = make_manager(table_configs=[tables.TableConfig(
+      remover='uniform', max_times_sampled=2)])
+  _, observer = manager.create_replay_buffer()
+  conftest.run_actor(observer, 40)
+  manager.checkpoint()
+  export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
+  with pytest.raises(ValueError, match="remover 'uniform'.*max_times_sampled"):
+    export.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'again'))
+  assert not os.path.exists(tmp_path / 'again')

@@ -38,3 +38,7 @@ def test_plot_without_prioritized_table_has_four_panels(make_manager,
   assert image.imread(out).shape[:2] == (640, 960)  # 2 rows x 2 columns.
   with pytest.raises(ValueError, match='sequence table'):
     plots.plot_buffer(str(tmp_path / 'buffer'), out, table='nope')
+  empty = make_manager(checkpoint_dir=tmp_path / 'empty')
+  empty.create_replay_buffer()
+  empty.checkpoint()
+  assert len(plots.plot_buffer(str(tmp_path / 'empty'), out)) == 4
