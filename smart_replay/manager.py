@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -1248,29 +1248,33 @@ class ReplayBufferManager:
     return items // batch_size if drop_remainder else -(-items // batch_size)
 
   def epoch(self, batch_size: int, *, table_name: Optional[str] = None,
-            seed: Optional[int] = None, drop_remainder: bool = False):
+            seed: Optional[int] = None, drop_remainder: bool = False
+            ) -> Iterator[Tuple[Any, np.ndarray]]:
     """Visits every stored item of a table once, in shuffled order.
 
     For training in epochs (as with ObjectRL's buffers) rather than by
-    sampling. The observers are flushed and the table is read from an exact
-    snapshot (as `stats(times_sampled=True)` takes, about the cost of a
-    checkpoint), so sampling counters and rate limiters are untouched and
-    no item is seen twice or missed.
+    sampling. When called, the observers are flushed and the table is read
+    from an exact snapshot (as `stats(times_sampled=True)` takes, about the
+    cost of a checkpoint; writing pauses only while Reverb writes it), so
+    sampling counters and rate limiters are untouched and no item is seen
+    twice or missed.
 
     Args:
       batch_size: items per batch.
-      table_name: the table; default the first (sequence or episode items
-        of one length; episode tables need `episode_length` items).
+      table_name: the table; default the first. Its items must all have one
+        length (sequence tables; episode tables only if every episode has
+        `episode_length` steps, else use `get_dataset`).
       seed: seed of the shuffle (None: a new order each call).
       drop_remainder: leave out the last, smaller batch.
 
-    Yields:
-      `(trajectory, keys)`: a nest like the data spec with numpy arrays of
-      shape `[batch, steps, ...]`, and the items' uint64 keys `[batch]`.
+    Returns:
+      An iterator of `(trajectory, keys)`: a nest like the data spec with
+      numpy arrays of shape `[batch, steps, ...]`, and the items' uint64
+      keys `[batch]`.
 
     Raises:
-      ValueError: if `batch_size` or the table is invalid, or an episode
-        table holds items of different lengths.
+      ValueError: if `batch_size` or the table is invalid, or the table holds
+        items of different lengths.
       ManagerStateError: if the manager is not started, or in client mode
         (the snapshot is on the server's machine).
     """
@@ -1286,26 +1290,29 @@ class ReplayBufferManager:
       self.flush()
       self._wait_for_pending_save()
       path = self._reverb_checkpoint()
-      try:
-        items = list(checkpoint_reader.CheckpointReader(path).items(
-            config.name))
-      finally:
-        shutil.rmtree(path, ignore_errors=True)
+    try:
+      items = list(checkpoint_reader.CheckpointReader(path).items(
+          config.name))
+    finally:
+      shutil.rmtree(path, ignore_errors=True)
+    lengths = sorted({len(item.columns[0]) for item in items})
+    if len(lengths) > 1:
+      raise ValueError(
+          f'table {config.name!r} holds items of {len(lengths)} lengths '
+          f'({lengths[0]}..{lengths[-1]} steps); an epoch stacks items of one '
+          'length. Sample episodes of any length with get_dataset().')
     order = np.random.default_rng(seed).permutation(len(items))
     stop = len(items) - len(items) % batch_size if drop_remainder else len(
         items)
-    for begin in range(0, stop, batch_size):
-      batch = [items[i] for i in order[begin:begin + batch_size]]
-      lengths = {len(item.columns[0]) for item in batch}
-      if len(lengths) > 1:
-        raise ValueError(
-            f'table {config.name!r} holds items of lengths {sorted(lengths)}; '
-            'an epoch batches items of one length (use long_episodes=\'drop\' '
-            "or 'truncate' episode tables, or batch_size=1).")
-      columns = [np.stack(field) for field in zip(
-          *(item.columns for item in batch))]
-      yield (checkpoint_reader.unflatten(self._data_spec, columns),
-             np.array([item.key for item in batch], np.uint64))
+
+    def batches():
+      for begin in range(0, stop, batch_size):
+        batch = [items[i] for i in order[begin:begin + batch_size]]
+        columns = [np.stack(field) for field in zip(
+            *(item.columns for item in batch))]
+        yield (checkpoint_reader.unflatten(self._data_spec, columns),
+               np.array([item.key for item in batch], np.uint64))
+    return batches()
 
   def _snapshot_items(self):
     """Reads every item's key and sample count from a throwaway checkpoint."""

@@ -539,3 +539,16 @@ def test_epochs_visit_every_item_once_in_shuffled_order(make_manager):
   assert manager.stats()['tables']['experience']['samples'] == 0
   full = list(manager.epoch(16, drop_remainder=True))
   assert len(full) == len(want) // 16
+
+
+def test_epoch_checks_eagerly(make_manager):
+  manager = make_manager(table_configs=[
+      smart_replay.TableConfig(), smart_replay.TableConfig(
+          name='episodes', kind='episode', episode_length=30)])
+  _, observer = manager.create_replay_buffer()
+  conftest.run_actor(observer, 60, seed=4)
+  with pytest.raises(ValueError, match='batch_size'):
+    manager.epoch(0)  # At the call, not at the first batch.
+  with pytest.raises(ValueError, match='lengths'):
+    manager.epoch(4, table_name='episodes')
+  assert sum(len(keys) for _, keys in manager.epoch(7)) == manager.num_frames()
