@@ -41,6 +41,9 @@ flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
 
 def _work(target):
   if FLAGS.import_to:
+    if FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz or FLAGS.json:
+      raise ValueError('--import_to takes an exported data set; inspect, '
+                       'plot or export the new buffer in a second call.')
     path = export.import_rlds(target, FLAGS.import_to,
                               overwrite=FLAGS.overwrite)
     print(f'Imported {target} into {path}')
@@ -74,6 +77,9 @@ def main(argv):
 
   Returns:
     The process exit code (see the module docstring).
+
+  Raises:
+    app.UsageError: unless exactly one target is given.
   """
   if len(argv) != 2:
     raise app.UsageError('give one buffer directory, checkpoint folder, '
