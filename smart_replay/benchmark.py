@@ -413,15 +413,15 @@ def _folder_bytes(path: str) -> int:
              for name in os.listdir(path))
 
 
-def _reverb_checkpoint(client: reverb.Client) -> str:
+def _reverb_checkpoint(client: reverb.Client, name: str) -> str:
   """`client.checkpoint()`, bounded by `_CHECKPOINT_TIMEOUT_S`."""
-  with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    save = pool.submit(client.checkpoint)
-    try:
-      return save.result(timeout=_CHECKPOINT_TIMEOUT_S)
-    except concurrent.futures.TimeoutError:
-      raise TimeoutError(f'Reverb did not write a checkpoint within '
-                         f'{_CHECKPOINT_TIMEOUT_S:g} s.') from None
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  try:
+    return server_lib.wait_for_checkpoint(
+        pool.submit(client.checkpoint), timeout_s=_CHECKPOINT_TIMEOUT_S,
+        where=f'the {name} buffer\'s server')
+  finally:
+    pool.shutdown(wait=False)  # A timed-out save must not block here.
 
 
 def _commit_like_the_manager(reverb_path: str, spec, capacity: int,
@@ -486,7 +486,7 @@ def _measure_checkpoints(spec, capacity: int, items: Dict[str, int], servers,
   checkpoints = {}
   for name in ('stock', 'ours'):
     start = time.perf_counter()
-    path = _reverb_checkpoint(servers[name].client)
+    path = _reverb_checkpoint(servers[name].client, name)
     if name == 'ours':  # What the manager adds to Reverb's save.
       path = _commit_like_the_manager(path, spec, capacity, items[name],
                                       os.path.join(work, 'ours_buffer'))

@@ -21,6 +21,27 @@ DONE_FILE = 'DONE'
 _COMPRESSION = 'ZLIB'
 
 
+def records(path: str, file_name: str, proto_class):
+  """Yields the protos stored in one of a checkpoint's record files.
+
+  Args:
+    path: a checkpoint folder.
+    file_name: one of `DATA_FILES`.
+    proto_class: the proto each record holds (e.g.
+      `schema_pb2.PrioritizedItem` for `items.tfrecord`).
+
+  Yields:
+    One parsed `proto_class` per record, in file order.
+
+  Raises:
+    tf.errors.DataLossError: if the file is damaged.
+  """
+  dataset = tf.data.TFRecordDataset(os.path.join(path, file_name),
+                                    compression_type=_COMPRESSION)
+  for record in dataset.as_numpy_iterator():
+    yield proto_class.FromString(record)
+
+
 def missing_files(path: str) -> List[str]:
   """Lists the Reverb files a complete checkpoint needs but `path` lacks.
 
@@ -113,14 +134,9 @@ def read_items(path: str) -> List[ItemRecord]:
   Raises:
     tf.errors.DataLossError: if `items.tfrecord` is damaged.
   """
-  records = tf.data.TFRecordDataset(os.path.join(path, 'items.tfrecord'),
-                                    compression_type=_COMPRESSION)
-  items = []
-  for record in records.as_numpy_iterator():
-    item = schema_pb2.PrioritizedItem.FromString(record)
-    items.append(ItemRecord(item.table, item.key, item.priority,
-                            item.times_sampled))
-  return items
+  return [ItemRecord(item.table, item.key, item.priority, item.times_sampled)
+          for item in records(path, 'items.tfrecord',
+                              schema_pb2.PrioritizedItem)]
 
 
 def count_items(path: str) -> Dict[str, int]:
@@ -153,11 +169,9 @@ def read_table_counters(path: str) -> Dict[str, Dict[str, int]]:
   Raises:
     tf.errors.DataLossError: if `tables.tfrecord` is damaged.
   """
-  records = tf.data.TFRecordDataset(os.path.join(path, 'tables.tfrecord'),
-                                    compression_type=_COMPRESSION)
   counters = {}
-  for record in records.as_numpy_iterator():
-    table = checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
+  for table in records(path, 'tables.tfrecord',
+                       checkpoint_pb2.PriorityTableCheckpoint):
     limiter = table.rate_limiter
     counters[table.table_name] = {'inserts': limiter.insert_count,
                                   'samples': limiter.sample_count,

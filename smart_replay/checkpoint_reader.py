@@ -15,7 +15,6 @@ runs of consecutive steps of one episode.
 """
 
 import collections
-import os
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import cramjam
@@ -28,8 +27,6 @@ from reverb.cc.checkpointing import checkpoint_pb2
 
 from smart_replay import checkpoint_files
 from smart_replay import errors
-
-_COMPRESSION = 'ZLIB'
 
 
 class StoredItem(NamedTuple):
@@ -74,12 +71,6 @@ class Piece(NamedTuple):
     return len(self.columns[0])
 
 
-def _records(path: str, name: str):
-  return tf.data.TFRecordDataset(os.path.join(path, name),
-                                 compression_type=_COMPRESSION
-                                 ).as_numpy_iterator()
-
-
 def _decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
   dtype = tf.as_dtype(proto.dtype).as_numpy_dtype
   shape = [d.size for d in proto.tensor_shape.dim]
@@ -114,14 +105,13 @@ class CheckpointReader:
     self.path = path
     try:
       self._table_names = [
-          checkpoint_pb2.PriorityTableCheckpoint.FromString(r).table_name
-          for r in _records(path, 'tables.tfrecord')]
-      self._chunks = {}
-      for record in _records(path, 'chunks.tfrecord'):
-        chunk = schema_pb2.ChunkData.FromString(record)
-        self._chunks[chunk.chunk_key] = chunk
-      self._items = [schema_pb2.PrioritizedItem.FromString(record)
-                     for record in _records(path, 'items.tfrecord')]
+          table.table_name for table in checkpoint_files.records(
+              path, 'tables.tfrecord', checkpoint_pb2.PriorityTableCheckpoint)]
+      self._chunks = {chunk.chunk_key: chunk for chunk in
+                      checkpoint_files.records(path, 'chunks.tfrecord',
+                                               schema_pb2.ChunkData)}
+      self._items = list(checkpoint_files.records(
+          path, 'items.tfrecord', schema_pb2.PrioritizedItem))
     except (tf.errors.OpError, ValueError, message.DecodeError) as e:
       raise errors.CheckpointCorruptError(
           f'cannot read the checkpoint files in {path}: {e}') from e

@@ -147,6 +147,29 @@ def find_checkpoints(source: str) -> List[str]:
   return found
 
 
+def newest_verified(source: str):
+  """`(path, manifest)` of the newest checkpoint at `source` that verifies.
+
+  Args:
+    source: a buffer directory or one checkpoint folder.
+
+  Returns:
+    The checkpoint folder and its manifest.
+
+  Raises:
+    CheckpointNotFoundError: if there is no checkpoint at `source`.
+    CheckpointCorruptError: if none verifies; lists why.
+  """
+  problems = []
+  for path in find_checkpoints(source):
+    try:
+      return path, verify(path)
+    except errors.CheckpointCorruptError as e:
+      problems.append(str(e))
+  raise errors.CheckpointCorruptError(
+      f'no checkpoint in {source} verifies: ' + ' | '.join(problems))
+
+
 class CheckpointStore:
   """The checkpoint layout of one buffer directory (see module docstring).
 

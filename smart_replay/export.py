@@ -39,6 +39,7 @@ from smart_replay import checkpoint_reader
 from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
+from smart_replay import manifest as manifest_lib
 from smart_replay import specs
 from smart_replay import tables as tables_lib
 
@@ -77,45 +78,11 @@ def _rlds_name(path: str) -> str:
   return f'extras/{path}' if not rest else f'extras/{head}/{rest}'
 
 
-def newest_verified(source: str):
-  """`(path, manifest)` of the newest checkpoint at `source` that verifies.
-
-  Raises:
-    CheckpointNotFoundError: if there is no checkpoint at `source`.
-    CheckpointCorruptError: if none verifies; lists why.
-  """
-  problems = []
-  for path in checkpoints_lib.find_checkpoints(source):
-    try:
-      return path, checkpoints_lib.verify(path)
-    except errors.CheckpointCorruptError as e:
-      problems.append(str(e))
-  raise errors.CheckpointCorruptError(
-      f'no checkpoint in {source} verifies: ' + ' | '.join(problems))
-
-
-def sequence_table(manifest: Dict[str, Any], table: Optional[str]) -> str:
-  """`table`, or the first sequence table; checks it is a sequence table.
-
-  Raises:
-    ValueError: if `table` is unknown or not a sequence table.
-  """
-  sequence = [t['name'] for t in manifest['tables']
-              if t.get('kind', 'sequence') == 'sequence']
-  table = table or (sequence[0] if sequence else None)
-  if table not in sequence:
-    raise ValueError(
-        f'export and plots read the steps of a sequence table; the buffer '
-        f'has sequence tables {sequence} (of '
-        f'{[t["name"] for t in manifest["tables"]]}), got {table!r}.')
-  return table
-
-
 def _open(source: str, table: Optional[str]):
   """Verifies the newest checkpoint at `source`; counts its items."""
-  path, manifest = newest_verified(source)
+  path, manifest = checkpoints_lib.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
-  table = sequence_table(manifest, table)
+  table = manifest_lib.sequence_table(manifest, table)
   reader = checkpoint_reader.CheckpointReader(path)
   want = manifest['counts']['tables'][table]['items']
   if reader.tables()[table] != want:

@@ -9,7 +9,7 @@ against the manifest's digests) before it is described.
 import datetime
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import reverb
 
@@ -38,7 +38,8 @@ def _spec(data_spec_json: Dict[str, Any]) -> List[Dict[str, Any]]:
           for leaf in data_spec_json['leaves']]
 
 
-def _checkpoint_entry(path: str) -> Dict[str, Any]:
+def _checkpoint_entry(path: str) -> Tuple[Dict[str, Any], Optional[dict]]:
+  """`(description, manifest)` of one checkpoint; no manifest if damaged."""
   size = sum(os.path.getsize(os.path.join(path, name))
              for name in os.listdir(path)
              if os.path.isfile(os.path.join(path, name)))
@@ -48,11 +49,11 @@ def _checkpoint_entry(path: str) -> Dict[str, Any]:
   try:
     manifest = checkpoints_lib.verify(path)
   except errors.CheckpointCorruptError as e:
-    return dict(entry, verified=False, problem=str(e))
+    return dict(entry, verified=False, problem=str(e)), None
   return dict(entry, verified=True, created_utc=manifest.get('created_utc'),
               items={n: c['items']
                      for n, c in manifest['counts']['tables'].items()},
-              extra=manifest.get('extra', {}))
+              extra=manifest.get('extra', {})), manifest
 
 
 def describe_checkpoints(source: str) -> Dict[str, Any]:
@@ -71,14 +72,15 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
     CheckpointNotFoundError: if there is no checkpoint at `source`.
     CheckpointCorruptError: if no checkpoint there verifies; lists why.
   """
-  found = checkpoints_lib.find_checkpoints(source)
-  entries = [_checkpoint_entry(path) for path in found]
-  usable = [e for e in entries if e['verified']]
+  found = checkpoints_lib.find_checkpoints(source)  # Newest first.
+  described = [_checkpoint_entry(path) for path in found]
+  entries = [entry for entry, _ in described]
+  usable = [(entry, manifest) for entry, manifest in described if manifest]
   if not usable:
     raise errors.CheckpointCorruptError(
         f'no checkpoint in {source} verifies: '
         + ' | '.join(e['problem'] for e in entries))
-  manifest = checkpoints_lib.verify(usable[0]['path'])
+  newest, manifest = usable[0]
   tables = {}
   for config in manifest['tables']:
     counts = manifest['counts']['tables'][config['name']]
@@ -89,13 +91,13 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
         'inserts': counts.get('inserts'), 'samples': counts.get('samples'),
         'rate_limiter': _limiter(config),
         'max_times_sampled': config['max_times_sampled']}
-  buffer_dir = checkpoints_lib.buffer_dir_of(usable[0]['path'])
+  buffer_dir = checkpoints_lib.buffer_dir_of(newest['path'])
   try:
     provenance = populate.read_provenance(buffer_dir)
   except (OSError, ValueError):
     provenance = None
   return {'source': os.path.abspath(source),
-          'checkpoint': usable[0]['path'],
+          'checkpoint': newest['path'],
           'tables': tables, 'spec': _spec(manifest['data_spec']),
           'sequence_length': manifest['sequence_length'],
           'stride_length': manifest['stride_length'],
@@ -125,11 +127,7 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
     ServerUnavailableError: if the server or its control service does not
       answer in time.
   """
-  client = reverb.Client(address)
-  try:
-    info = server_lib.server_info(client, timeout_s)
-  except errors.WaitTimeoutError as e:
-    raise errors.ServerUnavailableError(str(e)) from e
+  info = server_lib.server_info(reverb.Client(address), timeout_s)
   control = control_lib.ControlClient(
       control_address or control_lib.control_address_for(address))
   try:

@@ -226,8 +226,7 @@ class ReplayBufferManager:
     self._store = None
     if remote:
       self._where = f'the server at {server_address}'
-      self._sequence_length = self._stride_length = self._config = None
-      self._table_configs, self._max_priority = [], {}
+      self._forget_config()
     else:
       self._configure(capacity=capacity, sequence_length=sequence_length or 2,
                       stride_length=stride_length or 1, table_configs=configs)
@@ -255,6 +254,11 @@ class ReplayBufferManager:
     # False once closed: a traced update_priorities then fails instead of
     # waiting forever on the stopped server.
     self._serving = tf.Variable(False, trainable=False, name='serving')
+
+  def _forget_config(self) -> None:
+    """Client mode before `connect()`: the server's config is not known."""
+    self._sequence_length = self._stride_length = self._config = None
+    self._table_configs, self._max_priority = [], {}
 
   def _configure(self, *, capacity: int, sequence_length: int,
                  stride_length: int,
@@ -547,11 +551,10 @@ class ReplayBufferManager:
     self._server, self._client = server_lib.start_local_server(
         make_tables, checkpoint_root=root, fallback_checkpoint=fallback,
         port=self._port, connect_timeout_s=self._connect_timeout_s)
-    tables = make_tables()  # What was requested, to compare with the server.
     try:
       info = server_lib.server_info(self._client, self._connect_timeout_s)
-      diffs = [d for t in tables
-               for d in tables_lib.running_table_differences(t, info[t.name])]
+      diffs = tables_lib.server_differences(self._table_configs,
+                                            self._data_spec, info)
       if diffs:
         raise errors.ManifestMismatchError(
             'the Reverb server does not serve the requested tables (a restored '
@@ -605,12 +608,8 @@ class ReplayBufferManager:
     try:
       served = control.call('info', timeout_s=self._connect_timeout_s)
       self._adopt_served_config(served['config'])
-      tables = [tables_lib.make_table(c, self._data_spec)
-                for c in self._table_configs]
-      missing = [t.name for t in tables if t.name not in info]
-      diffs = [(f'tables/{name}', '<missing>', 'present') for name in missing]
-      diffs += [d for t in tables if t.name in info
-                for d in tables_lib.running_table_differences(t, info[t.name])]
+      diffs = tables_lib.server_differences(self._table_configs,
+                                            self._data_spec, info)
       if diffs:
         raise errors.ManifestMismatchError(
             f'the Reverb tables at {self._server_address} differ from the '
@@ -621,8 +620,7 @@ class ReplayBufferManager:
     except BaseException:
       self._stop_server()
       control.close()
-      self._sequence_length = self._stride_length = self._config = None
-      self._table_configs, self._max_priority = [], {}
+      self._forget_config()
       self._served = self._tf_client = None
       raise
     logging.info('Connected to the replay buffer served at %s (tables %s, '
@@ -1055,18 +1053,12 @@ class ReplayBufferManager:
     """
     save = self._save_pool.submit(self._client.checkpoint)
     try:
-      return save.result(timeout=self._checkpoint_timeout_s)
-    except concurrent.futures.TimeoutError as e:
+      return server_lib.wait_for_checkpoint(
+          save, timeout_s=self._checkpoint_timeout_s,
+          where=self._store.reverb_root)
+    except errors.WaitTimeoutError:
       self._pending_save = save
-      raise errors.WaitTimeoutError(
-          f'Reverb did not finish writing a checkpoint to '
-          f'{self._store.reverb_root} within {self._checkpoint_timeout_s:g} '
-          's (it may still be writing; raise checkpoint_timeout_s for large '
-          'buffers).') from e
-    except RuntimeError as e:
-      raise errors.CheckpointCorruptError(
-          f'Reverb failed to write a checkpoint to {self._store.reverb_root}:'
-          f' {e}') from e
+      raise
 
   def _wait_for_pending_save(self) -> None:
     """Waits (bounded) for a save that timed out earlier to finish."""
@@ -1208,7 +1200,7 @@ class ReplayBufferManager:
         for name, per_item in served.items():
           counts[name] = {int(key): n for key, n in per_item.items()}
       else:
-        for item in self._snapshot_items():
+        for item in self._snapshot(checkpoint_files.read_items, flush=False):
           counts[item.table][item.key] = item.times_sampled
       for name, per_item in counts.items():
         tables[name]['times_sampled'] = per_item
@@ -1286,15 +1278,9 @@ class ReplayBufferManager:
           'disk; run it where the buffer is served (or export the buffer '
           'with smart_replay.export and read that).')
     config = self._table_config(table_name)
-    with self._lock:
-      self.flush()
-      self._wait_for_pending_save()
-      path = self._reverb_checkpoint()
-    try:
-      items = list(checkpoint_reader.CheckpointReader(path).items(
-          config.name))
-    finally:
-      shutil.rmtree(path, ignore_errors=True)
+    items = self._snapshot(lambda path: list(
+        checkpoint_reader.CheckpointReader(path).items(config.name)),
+                           flush=True)
     lengths = sorted({len(item.columns[0]) for item in items})
     if len(lengths) > 1:
       raise ValueError(
@@ -1314,15 +1300,20 @@ class ReplayBufferManager:
                np.array([item.key for item in batch], np.uint64))
     return batches()
 
-  def _snapshot_items(self):
-    """Reads every item's key and sample count from a throwaway checkpoint."""
+  def _snapshot(self, read: Callable[[str], Any], *, flush: bool) -> Any:
+    """Returns `read(path)` of a throwaway Reverb checkpoint of the tables.
+
+    Writing through this manager pauses only while Reverb writes it.
+    """
     with self._lock:
+      if flush:
+        self.flush()
       self._wait_for_pending_save()
       path = self._reverb_checkpoint()
-      try:
-        return checkpoint_files.read_items(path)
-      finally:
-        shutil.rmtree(path, ignore_errors=True)
+    try:
+      return read(path)
+    finally:
+      shutil.rmtree(path, ignore_errors=True)
 
   # ---------------------------------------------------------------- lifecycle
 

@@ -11,7 +11,7 @@ import importlib.metadata
 import json
 import os
 import platform
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from smart_replay import specs
 from smart_replay import tables as tables_lib
@@ -183,3 +183,27 @@ def format_differences(diffs: List[Tuple[str, Any, Any]],
   """
   return '\n'.join(f'  {field}: {left}={a!r}, {right}={b!r}'
                    for field, a, b in diffs)
+
+
+def sequence_table(manifest: Dict[str, Any], table: Optional[str]) -> str:
+  """`table`, or the first sequence table; checks it is a sequence table.
+
+  Args:
+    manifest: a checkpoint's manifest (or buffer config).
+    table: a table name, or None for the first sequence table.
+
+  Returns:
+    The table name.
+
+  Raises:
+    ValueError: if `table` is unknown or not a sequence table.
+  """
+  sequence = [t['name'] for t in manifest['tables']
+              if t.get('kind', 'sequence') == 'sequence']
+  table = table or (sequence[0] if sequence else None)
+  if table not in sequence:
+    raise ValueError(
+        f'export and plots read the steps of a sequence table; the buffer '
+        f'has sequence tables {sequence} (of '
+        f'{[t["name"] for t in manifest["tables"]]}), got {table!r}.')
+  return table

@@ -127,12 +127,13 @@ class _Stream:
     self.total_steps = 0  # Steps written by this stream (stride alignment).
     self.piece_steps = dict.fromkeys(table_names, 0)
     self.skipping = dict.fromkeys(table_names, False)
+    self.writer = None
     self.new_writer()
 
   def new_writer(self) -> None:
     """Starts over on a new Reverb writer, episode and chunk; the old writer
     is closed (at once; Reverb drops its unconfirmed items)."""
-    if getattr(self, 'writer', None) is not None:
+    if self.writer is not None:
       self.writer.close()
     self.writer = self._make_writer()
     # The C++ writer's calls, without the Python wrapper's per-step history
@@ -277,8 +278,8 @@ class TrajectoryObserver:
     self._priority_fn = priority_fn
     # What each table's items look like, to check a server that came back.
     self._signatures = {
-        t.name: [leaf.describe() for leaf in specs.flatten_spec(
-            tables_lib.signature(t, data_spec))] for t in self._tables}
+        t.name: specs.describe_signature(tables_lib.signature(t, data_spec))
+        for t in self._tables}
     self._shortest_sequence = min(
         (t.sequence_length for t in self._sequence_tables), default=None)
     self._timeout_ms = int(timeout_s * 1000)
@@ -561,8 +562,7 @@ class TrajectoryObserver:
       return False
     for name, want in self._signatures.items():
       served = info.get(name)
-      got = None if served is None or served.signature is None else [
-          leaf.describe() for leaf in specs.flatten_spec(served.signature)]
+      got = specs.describe_signature(served and served.signature)
       if got != want:
         self._failed(stream, 'the wait for the server', RuntimeError(
             f'table {name!r} has signature {got} on the server, this '
@@ -572,6 +572,25 @@ class TrajectoryObserver:
       return True
     unsent, unconfirmed = map(int, counts.groups())
     return unconfirmed > 0 or unsent == 0
+
+  def _attempt(self, stream: _Stream, what: str,
+               call: Callable[[int], None],
+               timeout_ms: int) -> Optional[Exception]:
+    """Runs `call(timeout_ms)` once.
+
+    Returns:
+      None if it succeeded, its `DeadlineExceededError` if it timed out.
+
+    Raises:
+      WriteFailedError: if the writer failed for good (see `_failed`).
+    """
+    try:
+      call(timeout_ms)
+    except reverb.errors.DeadlineExceededError as e:
+      return e
+    except RuntimeError as e:
+      self._failed(stream, what, e)
+    return None
 
   def _wait(self, stream: _Stream, what: str,
             call: Callable[[int], None]) -> None:
@@ -584,14 +603,11 @@ class TrajectoryObserver:
     Raises:
       WaitTimeoutError: the server answers but does not accept the items.
       ServerUnavailableError: the server did not come back in time.
+      WriteFailedError: the writer failed for good (see `_failed`).
     """
-    try:
-      call(self._timeout_ms)
+    timed_out = self._attempt(stream, what, call, self._timeout_ms)
+    if timed_out is None:
       return
-    except reverb.errors.DeadlineExceededError as e:
-      timed_out = e
-    except RuntimeError as e:
-      self._failed(stream, what, e)
     address = self._client.server_address
     if self._server_holds_items(stream, timed_out):
       raise errors.WaitTimeoutError(
@@ -614,26 +630,21 @@ class TrajectoryObserver:
       left = self._reconnect_timeout_s - (time.monotonic() - began)
       if left <= 0:
         break
-      try:
-        call(max(1, int(min(delay, left) * 1000)))
-      except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
-        if not isinstance(e, reverb.errors.DeadlineExceededError):
-          self._failed(stream, what, e)
+      late = self._attempt(stream, what, call,
+                           max(1, int(min(delay, left) * 1000)))
+      if late is not None:
         delay = min(2 * delay, _MAX_RETRY_WAIT_S)
-        if not self._server_holds_items(stream, e):
+        if not self._server_holds_items(stream, late):
           continue
         # Back, but the items are not accepted yet: the usual bounded wait.
-        try:
-          call(self._timeout_ms)
-        except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
-          if not isinstance(e, reverb.errors.DeadlineExceededError):
-            self._failed(stream, what, e)
+        late = self._attempt(stream, what, call, self._timeout_ms)
+        if late is not None:
           raise errors.WaitTimeoutError(
               f'The Reverb server at {address} came back after '
               f'{time.monotonic() - began:.1f} s, but did not accept the '
               f'pending items of tables {self.table_names} within '
               f'{self._timeout_ms / 1000:g} s at {what} (a rate limiter '
-              'blocking inserts?).') from e
+              'blocking inserts?).') from late
       self.num_reconnects += 1
       logging.warning('The Reverb server at %s answers again after %.1f s; '
                       'the pending items were sent.', address,

@@ -16,7 +16,8 @@ import numpy as np
 from tf_agents.trajectories import time_step as ts
 
 from smart_replay import checkpoint_reader
-from smart_replay import export
+from smart_replay import checkpoints as checkpoints_lib
+from smart_replay import manifest as manifest_lib
 from smart_replay import specs
 
 _LAST = int(ts.StepType.LAST)
@@ -41,9 +42,9 @@ def plot_buffer(source: str, output_png: str, *,
     ValueError: if `table` is unknown or the buffer has no sequence table.
       (An empty table gives empty panels.)
   """
-  path, manifest = export.newest_verified(source)
+  path, manifest = checkpoints_lib.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
-  table = export.sequence_table(manifest, table)
+  table = manifest_lib.sequence_table(manifest, table)
   reader = checkpoint_reader.CheckpointReader(path)
   leaves = specs.flatten_spec(data_spec)
   index = {leaf.path: i for i, leaf in enumerate(leaves)}

@@ -1,5 +1,6 @@
 """Starting a local Reverb server and talking to it with timeouts."""
 
+import concurrent.futures
 import math
 import socket
 from typing import Callable, Dict, Optional, Sequence
@@ -38,16 +39,48 @@ def server_info(client: reverb.Client, timeout_s: float
     `{table_name: TableInfo}`.
 
   Raises:
-    WaitTimeoutError: if the server did not answer in time; the message names
-      the address and the timeout.
+    ServerUnavailableError: (a `WaitTimeoutError`) if the server did not
+      answer in time; the message names the address and the timeout.
   """
   try:
     return client.server_info(timeout=max(1, math.ceil(timeout_s)))
   except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
-    raise errors.WaitTimeoutError(
+    raise errors.ServerUnavailableError(
         f'Reverb server at {client.server_address} did not answer server_info '
         f'within {timeout_s} s ({e}). Is the server running and reachable?'
     ) from e
+
+
+def wait_for_checkpoint(save: concurrent.futures.Future, *, timeout_s: float,
+                        where: str) -> str:
+  """Waits for a `client.checkpoint()` running in `save`, up to `timeout_s`.
+
+  `Client.checkpoint()` itself has no timeout, so callers run it in a thread
+  pool and wait here; on a timeout the save goes on in its thread (keep
+  `save` to wait for it later, and never join the pool unbounded).
+
+  Args:
+    save: the future of `client.checkpoint()`.
+    timeout_s: seconds to wait.
+    where: the checkpoint root, for messages.
+
+  Returns:
+    The folder Reverb wrote.
+
+  Raises:
+    WaitTimeoutError: if Reverb takes longer than `timeout_s`.
+    CheckpointCorruptError: if Reverb failed to write.
+  """
+  try:
+    return save.result(timeout=timeout_s)
+  except concurrent.futures.TimeoutError as e:
+    raise errors.WaitTimeoutError(
+        f'Reverb did not finish writing a checkpoint to {where} within '
+        f'{timeout_s:g} s (it may still be writing; raise the checkpoint '
+        'timeout for large buffers).') from e
+  except RuntimeError as e:
+    raise errors.CheckpointCorruptError(
+        f'Reverb failed to write a checkpoint to {where}: {e}') from e
 
 
 def start_local_server(make_tables: Callable[[], Sequence[reverb.Table]], *,

@@ -146,6 +146,20 @@ def table_signature(data_spec: Any, sequence_length: Optional[int]) -> Any:
       data_spec)
 
 
+def describe_signature(signature: Any) -> Optional[List[str]]:
+  """Describes a Reverb table signature leaf by leaf, for comparisons.
+
+  Args:
+    signature: a nest of `tf.TensorSpec`, or None (a table without one).
+
+  Returns:
+    `SpecLeaf.describe()` of every leaf, in flattening order; None for None.
+  """
+  if signature is None:
+    return None
+  return [leaf.describe() for leaf in flatten_spec(signature)]
+
+
 def spec_to_json(data_spec: Any) -> dict:
   """Serializes a spec nest for a manifest.
 

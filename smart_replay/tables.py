@@ -8,7 +8,7 @@ was asked for (Reverb silently lets a restored checkpoint's config win).
 
 import dataclasses
 import math
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import reverb
@@ -468,9 +468,31 @@ def running_table_differences(table: reverb.Table,
                 'max_diff'):
     check(f'rate_limiter/{field}', getattr(info.rate_limiter_info, field),
           getattr(want.rate_limiter_info, field))
-  running_sig = [l.describe() for l in specs.flatten_spec(info.signature)] \
-      if info.signature is not None else None
-  wanted_sig = [l.describe() for l in specs.flatten_spec(want.signature)] \
-      if want.signature is not None else None
-  check('signature', running_sig, wanted_sig)
+  check('signature', specs.describe_signature(info.signature),
+        specs.describe_signature(want.signature))
+  return diffs
+
+
+def server_differences(configs: Sequence[TableConfig], data_spec: Any,
+                       info: Dict[str, reverb.reverb_types.TableInfo]
+                       ) -> List[Tuple[str, Any, Any]]:
+  """Compares the tables `configs` make with what a running server serves.
+
+  Args:
+    configs: resolved table configs.
+    data_spec: the spec of one step.
+    info: the server's `server_info()`.
+
+  Returns:
+    `(field, running_value, requested_value)` per difference (see
+    `running_table_differences`); a table the server lacks is
+    `('tables/<name>', '<missing>', 'present')`.
+  """
+  diffs = []
+  for config in configs:
+    if config.name not in info:
+      diffs.append((f'tables/{config.name}', '<missing>', 'present'))
+    else:
+      diffs += running_table_differences(make_table(config, data_spec),
+                                         info[config.name])
   return diffs

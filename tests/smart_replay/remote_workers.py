@@ -1,8 +1,8 @@
-"""Processes of the multi-process tests: servers, actors and learners.
+"""Processes of the multi-process tests: actors and learners.
 
 Each function runs in a process started with multiprocessing's `spawn`
-method, builds its own client-mode `ReplayBufferManager` (or server), and
-reports through a queue. Kept apart from the tests so spawned children import
+method, builds its own client-mode `ReplayBufferManager`, and reports
+through a queue. Kept apart from the tests so spawned children import
 only this module.
 """
 
@@ -15,7 +15,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
 
 import smart_replay
-from smart_replay import serve
 from tests import conftest
 
 SEQUENCE_LENGTH = 2
@@ -50,16 +49,6 @@ def client(address, **kwargs):
       data_spec=data_spec(), server_address=address, **kwargs)
   _, observer = manager.connect()
   return manager, observer
-
-
-def run_server(checkpoint_dir, port, ready, stop, server_kwargs):
-  """Serves a buffer (in-process ReplayServer) until `stop` is set."""
-  manager = smart_replay.ReplayBufferManager(
-      data_spec=data_spec(), capacity=100_000, checkpoint_dir=checkpoint_dir,
-      sequence_length=SEQUENCE_LENGTH, port=port)
-  with serve.ReplayServer(manager, **server_kwargs) as server:
-    ready.set()
-    server.serve_until(stop.is_set, poll_s=0.2)
 
 
 def write_steps(address, seed, steps, results):
