@@ -17,9 +17,11 @@ except ImportError as e:  # pragma: no cover - depends on the environment
       'x86_64). Install the project with `pip install -e .` or run '
       '`make test` to set up .venv.') from e
 
+from smart_replay.errors import BufferInUseError
 from smart_replay.errors import CheckpointCorruptError
 from smart_replay.errors import CheckpointExistsError
 from smart_replay.errors import CheckpointNotFoundError
+from smart_replay.errors import CheckpointWriteError
 from smart_replay.errors import ManagerStateError
 from smart_replay.errors import ManifestMismatchError
 from smart_replay.errors import PrefillWouldBlockError
@@ -37,9 +39,11 @@ from smart_replay.tables import TableConfig
 __version__ = '0.1.0'
 
 __all__ = [
+    'BufferInUseError',
     'CheckpointCorruptError',
     'CheckpointExistsError',
     'CheckpointNotFoundError',
+    'CheckpointWriteError',
     'ManagerStateError',
     'ManifestMismatchError',
     'PrefillWouldBlockError',

@@ -45,6 +45,7 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
+from smart_replay import checkpoint_store
 from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import dataset as dataset_lib
 from smart_replay import manifest as manifest_lib
@@ -436,7 +437,7 @@ def _commit_like_the_manager(reverb_path: str, spec, capacity: int,
       capacity=capacity, table_configs=[_table_config(capacity)])
   counts = {'tables': {TABLE: {'items': items}}, 'env_steps': 0,
             'episodes': 0}
-  return checkpoints_lib.CheckpointStore(root).commit(
+  return checkpoint_store.CheckpointStore(root).commit(
       reverb_path, lambda name, files: manifest_lib.build_manifest(
           config, counts=counts, files=files, checkpoint_name=name))
 

@@ -22,6 +22,28 @@ class CheckpointCorruptError(SmartReplayError, IOError):
   """A checkpoint is incomplete, damaged, or does not restore what it claims."""
 
 
+class CheckpointWriteError(SmartReplayError, OSError):
+  """Saving a checkpoint failed (disk full, read-only or failing disk, Reverb).
+
+  Nothing of the failed save is left behind, the earlier checkpoints are
+  intact, and the buffer keeps serving: free space (or fix the disk) and call
+  `checkpoint()` again. The message names the path and the cause.
+  """
+
+
+class BufferInUseError(SmartReplayError, RuntimeError):
+  """Another manager (in this or another process) has the buffer directory open.
+
+  Attributes:
+    holder: what the holder recorded: `{'pid', 'host', 'since'}` (may be
+      empty if it could not be read).
+  """
+
+  def __init__(self, message, holder=None):
+    super().__init__(message)
+    self.holder = dict(holder or {})
+
+
 class ManifestMismatchError(SmartReplayError, ValueError):
   """A checkpoint was written with a configuration other than the requested one.
 

@@ -15,6 +15,7 @@ datasets, priorities, stats and checkpoints over the network.
 
 import collections
 import concurrent.futures
+import contextlib
 import json
 import math
 import os
@@ -31,12 +32,15 @@ import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
+from smart_replay import buffer_lock
 from smart_replay import checkpoint_files
 from smart_replay import checkpoint_reader
+from smart_replay import checkpoint_store
 from smart_replay import checkpoints as checkpoints_lib
 from smart_replay import control as control_lib
 from smart_replay import dataset as dataset_lib
 from smart_replay import errors
+from smart_replay import managed_client
 from smart_replay import manifest as manifest_lib
 from smart_replay import observer as observer_lib
 from smart_replay import server as server_lib
@@ -230,9 +234,12 @@ class ReplayBufferManager:
     else:
       self._configure(capacity=capacity, sequence_length=sequence_length or 2,
                       stride_length=stride_length or 1, table_configs=configs)
-      self._store = checkpoints_lib.CheckpointStore(str(checkpoint_dir),
-                                                    keep=keep_checkpoints)
+      self._store = checkpoint_store.CheckpointStore(str(checkpoint_dir),
+                                                     keep=keep_checkpoints)
       self._where = self._store.root
+    # Held from create/load until close(): one writer per buffer directory.
+    self._dir_lock = (buffer_lock.BufferLock(self._store.root)
+                      if self._store else None)
     self._pid = os.getpid()
     self._server = None
     self._client = None
@@ -357,24 +364,36 @@ class ReplayBufferManager:
     self._require_local('create_replay_buffer')
     self._require_state(started=False)
     self._check_port()
-    existing = self._store.existing_data()
-    if existing and not overwrite:
-      raise errors.CheckpointExistsError(
-          f'{self._store.root} already holds a replay buffer checkpoint '
-          f'({existing[-1]}); Reverb would silently restore it. Call '
-          'load_replay_buffer() to continue that buffer, or pass '
-          'overwrite=True to delete it and start empty.')
-
-    def start_empty():
-      self._start(fallback=None)
-      sizes = self._sizes()
-      if any(sizes.values()):
-        raise errors.CheckpointCorruptError(
-            f'the new server in {self._store.root} is not empty ({sizes}); '
-            'something restored data into it.')
-
-    self._replacing(existing, start_empty)
+    with self._locked_start():
+      existing = self._store.existing_data()
+      if existing and not overwrite:
+        raise errors.CheckpointExistsError(
+            f'{self._store.root} already holds a replay buffer checkpoint '
+            f'({existing[-1]}); Reverb would silently restore it. Call '
+            'load_replay_buffer() to continue that buffer, or pass '
+            'overwrite=True to delete it and start empty.')
+      self._replacing(existing, self._start_empty)
     return self._replay_buffer, self._observers[0]
+
+  @contextlib.contextmanager
+  def _locked_start(self):
+    """Takes the buffer directory's lock and recovers interrupted saves; the
+    lock is released again if the start fails."""
+    self._dir_lock.acquire()
+    try:
+      self._store.recover()
+      yield
+    except BaseException:
+      self._dir_lock.release()
+      raise
+
+  def _start_empty(self) -> None:
+    self._start(fallback=None)
+    sizes = self._sizes()
+    if any(sizes.values()):
+      raise errors.CheckpointCorruptError(
+          f'the new server in {self._store.root} is not empty ({sizes}); '
+          'something restored data into it.')
 
   def _require_local(self, method: str) -> None:
     if self._server_address is not None:
@@ -438,33 +457,37 @@ class ReplayBufferManager:
     self._check_port()
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root
-    candidates = checkpoints_lib.find_checkpoints(source)
-    existing = [] if inside else self._store.existing_data()
-    if existing and not overwrite:
-      raise errors.CheckpointExistsError(
-          f'{self._store.root} already holds checkpoints ({existing[-1]}); '
-          f'loading {source} into it would mix two buffers. Call '
-          'load_replay_buffer() without a source to continue this buffer, or '
-          'pass overwrite=True to replace it.')
-
-    def start_from_newest_usable():
-      problems = []
-      for path in candidates:
-        try:
-          self._start_from(path)
-        except errors.CheckpointCorruptError as e:
-          problems.append(str(e))
-          logging.warning('%s', e)
-          continue
-        if problems:
-          logging.warning('Loaded %s because newer checkpoints are unusable: '
-                          '%s', path, ' | '.join(problems))
-        return
-      raise errors.CheckpointCorruptError(
-          f'no usable checkpoint in {source}: ' + ' | '.join(problems))
-
-    self._replacing(existing, start_from_newest_usable)
+    with self._locked_start():
+      candidates = checkpoints_lib.find_checkpoints(source)
+      existing = [] if inside else self._store.existing_data()
+      if existing and not overwrite:
+        raise errors.CheckpointExistsError(
+            f'{self._store.root} already holds checkpoints ({existing[-1]}); '
+            f'loading {source} into it would mix two buffers. Call '
+            'load_replay_buffer() without a source to continue this buffer, '
+            'or pass overwrite=True to replace it.')
+      self._replacing(existing,
+                      lambda: self._start_from_newest_usable(source,
+                                                             candidates))
     return self._replay_buffer, self._observers[0]
+
+  def _start_from_newest_usable(self, source: str, candidates) -> None:
+    """Starts from the first of `candidates` that loads; warns about the
+    newer ones that did not."""
+    problems = []
+    for path in candidates:
+      try:
+        self._start_from(path)
+      except errors.CheckpointCorruptError as e:
+        problems.append(str(e))
+        logging.warning('%s', e)
+        continue
+      if problems:
+        logging.warning('Loaded %s because newer checkpoints are unusable: '
+                        '%s', path, ' | '.join(problems))
+      return
+    raise errors.CheckpointCorruptError(
+        f'no usable checkpoint in {source}: ' + ' | '.join(problems))
 
   def _start_from(self, path: str) -> None:
     """Verifies `path`, compares its manifest, starts and checks the server."""
@@ -638,6 +661,10 @@ class ReplayBufferManager:
         sequence_length=(first.sequence_length if first.kind == 'sequence'
                          else None),
         rate_limiter_timeout_ms=int(self._sample_timeout_s * 1000), **server)
+    # The original tool's save call, replay_buffer.py_client.checkpoint(),
+    # writes a verified checkpoint through this manager.
+    managed_client.install(self._replay_buffer,
+                           checkpoint=lambda: self.checkpoint())
     self._tf_client = reverb.TFClient(self._client.server_address)
     self._serving.assign(True)
     self.make_observer(num_envs=self._num_envs)
@@ -991,8 +1018,10 @@ class ReplayBufferManager:
       ValueError: if `extra` is not JSON-serializable (names the key).
       WaitTimeoutError: if flushing or writing takes longer than the timeouts,
         or an earlier timed-out save is still being written.
-      CheckpointCorruptError: if Reverb's output is missing or incomplete, or
-        Reverb failed to write it.
+      CheckpointWriteError: if the save failed (disk full, read-only or failing
+        disk, Reverb's write); names the path and the cause. Nothing of it is
+        left, earlier checkpoints are intact and the buffer keeps serving.
+      CheckpointCorruptError: if Reverb's output is missing or incomplete.
       ManagerStateError: if the manager is not started.
       ServerUnavailableError: in client mode, if the server does not answer
         within the deadline (3 x checkpoint_timeout_s).
@@ -1017,6 +1046,7 @@ class ReplayBufferManager:
         return path
       self._wait_for_pending_save()
       self.flush()
+      self._tidy_reverb_root()
       before = self._table_stats()
       env_steps, episodes = self._env_steps(), self._episodes()
       reverb_path = self._reverb_checkpoint()
@@ -1049,7 +1079,8 @@ class ReplayBufferManager:
     Raises:
       WaitTimeoutError: if Reverb takes longer than `checkpoint_timeout_s`
         (the save continues; the next save or `close()` waits for it).
-      CheckpointCorruptError: if Reverb failed to write.
+      CheckpointWriteError: if Reverb failed to write (its leftovers are
+        removed).
     """
     save = self._save_pool.submit(self._client.checkpoint)
     try:
@@ -1059,6 +1090,17 @@ class ReplayBufferManager:
     except errors.WaitTimeoutError:
       self._pending_save = save
       raise
+    except errors.CheckpointWriteError:
+      self._tidy_reverb_root()  # Remove what the failed write left.
+      raise
+
+  def _tidy_reverb_root(self) -> None:
+    """Recovers leftovers of interrupted saves (see `CheckpointStore.recover`);
+    a failure here is logged: Reverb's next save prunes its root anyway."""
+    try:
+      self._store.recover()
+    except OSError as e:
+      logging.warning('Could not tidy %s: %s', self._store.reverb_root, e)
 
   def _wait_for_pending_save(self) -> None:
     """Waits (bounded) for a save that timed out earlier to finish."""
@@ -1468,6 +1510,8 @@ class ReplayBufferManager:
         logging.error('%s', e)
       self._stop_server()
       self._save_pool.shutdown(wait=False)
+      if self._dir_lock is not None:
+        self._dir_lock.release()
     if failure:
       raise failure
 

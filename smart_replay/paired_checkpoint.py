@@ -18,6 +18,7 @@ import gin
 import tensorflow as tf
 
 from smart_replay import checkpoints as checkpoints_lib
+from smart_replay import durable
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay import manifest as manifest_lib
@@ -96,8 +97,9 @@ def set_aside_newer_than(pair: Pair, buffer_dir: str, agent_dir: str) -> None:
   """Moves checkpoints newer than `pair` (without a partner) out of the way.
 
   Left in place they would take the buffer's keep slots, or pair up later
-  with a checkpoint of a different history. Nothing is deleted: they go to
-  `orphaned/` beside the buffer's checkpoints and the agent's.
+  with a checkpoint of a different history. They go to `orphaned/` beside
+  the buffer's checkpoints (which keeps the newest entries, see
+  `durable.set_aside`) and the agent's.
 
   Args:
     pair: the pair a run resumes from.
@@ -106,12 +108,9 @@ def set_aside_newer_than(pair: Pair, buffer_dir: str, agent_dir: str) -> None:
   """
   for step, folder in buffer_checkpoints(buffer_dir).items():
     if step > pair.train_step:
-      target = os.path.join(buffer_dir, checkpoints_lib.ORPHANED_DIR,
-                            os.path.basename(folder))
-      os.makedirs(os.path.dirname(target), exist_ok=True)
-      os.replace(folder, target)
-      logging.warning('Moved unpaired buffer checkpoint %s (step %d) to %s.',
-                      folder, step, target)
+      durable.set_aside(buffer_dir, folder, reason=(
+          f'an unpaired buffer checkpoint (train step {step}, newer than the '
+          f'pair resumed from, {pair.train_step})'))
   for step, prefix in agent_checkpoints(agent_dir).items():
     if step > pair.train_step:
       aside = os.path.join(agent_dir, checkpoints_lib.ORPHANED_DIR)

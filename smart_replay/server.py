@@ -69,7 +69,9 @@ def wait_for_checkpoint(save: concurrent.futures.Future, *, timeout_s: float,
 
   Raises:
     WaitTimeoutError: if Reverb takes longer than `timeout_s`.
-    CheckpointCorruptError: if Reverb failed to write.
+    CheckpointWriteError: if Reverb failed to write, whatever it raised
+      (Reverb 0.14 reports a full disk as an `IndexError`, other failures as
+      `RuntimeError` or `OSError`); names `where` and the cause.
   """
   try:
     return save.result(timeout=timeout_s)
@@ -78,9 +80,10 @@ def wait_for_checkpoint(save: concurrent.futures.Future, *, timeout_s: float,
         f'Reverb did not finish writing a checkpoint to {where} within '
         f'{timeout_s:g} s (it may still be writing; raise the checkpoint '
         'timeout for large buffers).') from e
-  except RuntimeError as e:
-    raise errors.CheckpointCorruptError(
-        f'Reverb failed to write a checkpoint to {where}: {e}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.CheckpointWriteError(
+        f'Reverb failed to write a checkpoint to {where}: '
+        f'{type(e).__name__}: {e}') from e
 
 
 def start_local_server(make_tables: Callable[[], Sequence[reverb.Table]], *,

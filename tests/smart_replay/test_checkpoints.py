@@ -8,6 +8,7 @@ import reverb
 import tensorflow as tf
 
 from smart_replay import checkpoint_files
+from smart_replay import checkpoint_store
 from smart_replay import checkpoints
 from smart_replay import errors
 from smart_replay import manifest as manifest_lib
@@ -40,7 +41,7 @@ def _commit(store, num_items):
 
 
 def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
-  store = checkpoints.CheckpointStore(str(tmp_path), keep=2)
+  store = checkpoint_store.CheckpointStore(str(tmp_path), keep=2)
   (tmp_path / 'notes.txt').write_text('mine')
   paths = [_commit(store, n) for n in (1, 2, 3)]
   assert [os.path.basename(p) for p in paths] == [
@@ -54,7 +55,7 @@ def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
 
 
 def test_verify_detects_damage_and_missing_manifest(tmp_path):
-  store = checkpoints.CheckpointStore(str(tmp_path))
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
   path = _commit(store, 2)
   with open(os.path.join(path, 'chunks.tfrecord'), 'ab') as f:
     f.write(b'garbage')
@@ -66,7 +67,7 @@ def test_verify_detects_damage_and_missing_manifest(tmp_path):
 
 
 def test_find_checkpoints_root_or_folder(tmp_path):
-  store = checkpoints.CheckpointStore(str(tmp_path), keep=3)
+  store = checkpoint_store.CheckpointStore(str(tmp_path), keep=3)
   first, second = _commit(store, 1), _commit(store, 2)
   assert checkpoints.find_checkpoints(str(tmp_path)) == [second, first]
   assert checkpoints.find_checkpoints(first) == [first]
@@ -79,7 +80,7 @@ def test_find_checkpoints_root_or_folder(tmp_path):
 
 
 def test_leftovers_in_reverb_root_are_moved_aside_not_deleted(tmp_path):
-  store = checkpoints.CheckpointStore(str(tmp_path))
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
   leftover = _reverb_checkpoint(store.prepare_reverb_root(), 2)
   store.prepare_reverb_root()
   assert os.listdir(store.reverb_root) == []
@@ -88,7 +89,7 @@ def test_leftovers_in_reverb_root_are_moved_aside_not_deleted(tmp_path):
 
 
 def test_existing_data_sees_raw_reverb_checkpoints(tmp_path):
-  store = checkpoints.CheckpointStore(str(tmp_path))
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
   assert store.existing_data() == []
   raw = _reverb_checkpoint(str(tmp_path), 1)  # A plain Reverb root.
   assert store.existing_data() == [raw]
@@ -97,4 +98,4 @@ def test_existing_data_sees_raw_reverb_checkpoints(tmp_path):
 @pytest.mark.parametrize('keep', [0, -1, 1.5])
 def test_bad_keep(tmp_path, keep):
   with pytest.raises(ValueError, match='keep_checkpoints'):
-    checkpoints.CheckpointStore(str(tmp_path), keep=keep)
+    checkpoint_store.CheckpointStore(str(tmp_path), keep=keep)

@@ -14,6 +14,7 @@ import tree
 
 import smart_replay
 from smart_replay import checkpoint_files
+from smart_replay import checkpoint_store
 from smart_replay import checkpoints
 from smart_replay import manifest as manifest_lib
 from smart_replay import observer as observer_lib
@@ -410,7 +411,8 @@ def test_extra_metadata_is_stored_or_rejected_before_saving(make_manager):
   with pytest.raises(ValueError,
                      match=r"extra\['train_step'\] = 5 \(int64\)"):
     manager.checkpoint(extra={'train_step': np.int64(5)})
-  assert checkpoints.CheckpointStore(manager.checkpoint_dir).checkpoints() == []
+  assert checkpoint_store.CheckpointStore(
+      manager.checkpoint_dir).checkpoints() == []
   path = manager.checkpoint(extra={'train_step': 5})
   assert checkpoints.verify(path)['extra'] == {'train_step': 5}
 
