@@ -10,8 +10,9 @@ completeness, fingerprints its files and counts its items per table.
 import collections
 import hashlib
 import os
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
+import numpy as np
 import tensorflow as tf
 from reverb.cc import schema_pb2
 from reverb.cc.checkpointing import checkpoint_pb2
@@ -19,6 +20,8 @@ from reverb.cc.checkpointing import checkpoint_pb2
 DATA_FILES = ('tables.tfrecord', 'items.tfrecord', 'chunks.tfrecord')
 DONE_FILE = 'DONE'
 _COMPRESSION = 'ZLIB'
+# Records counted per step of `record_counts` (one step per record is slow).
+_COUNT_BATCH = 4096
 
 
 def records(path: str, file_name: str, proto_class):
@@ -152,6 +155,63 @@ def count_items(path: str) -> Dict[str, int]:
     tf.errors.DataLossError: if `items.tfrecord` is damaged.
   """
   return dict(collections.Counter(item.table for item in read_items(path)))
+
+
+def record_counts(path: str) -> Dict[str, int]:
+  """Reads every record of a checkpoint's data files and counts them.
+
+  Reading to the end checks each record's CRC and the end of each
+  compressed stream, so a truncated file fails here.
+
+  Args:
+    path: a complete checkpoint folder.
+
+  Returns:
+    `{file_name: number_of_records}` for each of `DATA_FILES`.
+
+  Raises:
+    tf.errors.OpError: (e.g. `DataLossError`) if a file is damaged or
+      truncated.
+  """
+  def count(total, batch):
+    return total + tf.size(batch, out_type=tf.int64)
+  return {name: int(tf.data.TFRecordDataset(
+      os.path.join(path, name), compression_type=_COMPRESSION).batch(
+          _COUNT_BATCH).reduce(np.int64(0), count))
+          for name in DATA_FILES}
+
+
+def written_problems(path: str, items: Dict[str, Optional[int]]) -> List[str]:
+  """Checks that a folder Reverb just wrote holds what the server held.
+
+  Reverb 0.14 reports some failed writes as success: on a full disk it can
+  leave empty or truncated files beside a `DONE` marker (seen on a tmpfs),
+  so a save is checked before it counts.
+
+  Args:
+    path: the folder `Client.checkpoint()` returned.
+    items: `{table_name: items it held during the save}`, or None for a
+      table whose size changed meanwhile (only its presence is checked).
+
+  Returns:
+    One readable line per problem (empty when the folder is complete).
+  """
+  try:
+    counts = record_counts(path)
+    tables = set(read_table_counters(path))
+  except tf.errors.OpError as e:
+    return [f'its files cannot be read to the end ({e.message})']
+  problems = []
+  if tables != set(items):
+    problems.append(f'tables.tfrecord holds tables {sorted(tables)}, '
+                    f'expected {sorted(items)}')
+  if None not in items.values() and (
+      counts['items.tfrecord'] != sum(items.values())):
+    problems.append(f"items.tfrecord holds {counts['items.tfrecord']} items, "
+                    f'the tables held {sum(items.values())}')
+  if counts['items.tfrecord'] and not counts['chunks.tfrecord']:
+    problems.append('chunks.tfrecord holds no data for its items')
+  return problems
 
 
 def read_table_counters(path: str) -> Dict[str, Dict[str, int]]:

@@ -1079,12 +1079,13 @@ class ReplayBufferManager:
     Raises:
       WaitTimeoutError: if Reverb takes longer than `checkpoint_timeout_s`
         (the save continues; the next save or `close()` waits for it).
-      CheckpointWriteError: if Reverb failed to write (its leftovers are
-        removed).
+      CheckpointWriteError: if Reverb failed to write, or wrote an
+        incomplete folder (its leftovers are removed).
     """
+    before = self._sizes()
     save = self._save_pool.submit(self._client.checkpoint)
     try:
-      return server_lib.wait_for_checkpoint(
+      path = server_lib.wait_for_checkpoint(
           save, timeout_s=self._checkpoint_timeout_s,
           where=self._store.reverb_root)
     except errors.WaitTimeoutError:
@@ -1093,6 +1094,18 @@ class ReplayBufferManager:
     except errors.CheckpointWriteError:
       self._tidy_reverb_root()  # Remove what the failed write left.
       raise
+    after = self._sizes()
+    problems = checkpoint_files.written_problems(
+        path, {name: n if after[name] == n else None
+               for name, n in before.items()})
+    if problems:
+      shutil.rmtree(path, ignore_errors=True)
+      free = shutil.disk_usage(self._store.root).free
+      raise errors.CheckpointWriteError(
+          f'Reverb reported checkpoint {path} as written, but it is '
+          f"incomplete ({'; '.join(problems)}); it was removed. Reverb "
+          f'ignores some write errors: its disk has {free:,} bytes free.')
+    return path
 
   def _tidy_reverb_root(self) -> None:
     """Recovers leftovers of interrupted saves (see `CheckpointStore.recover`);

@@ -65,6 +65,14 @@ class ReplayServer:
     checkpoint_every_inserts: write a checkpoint once this many items were
       inserted (over all tables) since the last one (None: no insert
       schedule).
+    max_unsaved_s: write a checkpoint once items inserted since the last one
+      are this many seconds old, whatever the schedules say, so the tail of
+      an insert-count schedule (fewer than `checkpoint_every_inserts` items)
+      is saved too (None: no bound; unsaved items are lost with the
+      process).
+    checkpoint_retry_s: after a scheduled checkpoint failed (e.g. a full
+      disk), wait this long before the next try; serving goes on meanwhile
+      and the status line shows the failure.
     log_every_s: seconds between status log lines (table sizes, rates).
     on_existing: what to do when `checkpoint_dir` already holds checkpoints:
       'resume' the newest verified one (a restart after a crash), 'overwrite'
@@ -78,12 +86,16 @@ class ReplayServer:
                control_port: Optional[int] = None,
                checkpoint_every_s: Optional[float] = None,
                checkpoint_every_inserts: Optional[int] = None,
+               max_unsaved_s: Optional[float] = 300.0,
+               checkpoint_retry_s: float = 30.0,
                log_every_s: float = 60.0, on_existing: str = 'resume'):
     if not isinstance(manager, manager_lib.ReplayBufferManager):
       raise ValueError(f'manager must be a ReplayBufferManager, got '
                        f'{manager!r}.')
     for name, value in (('checkpoint_every_s', checkpoint_every_s),
                         ('checkpoint_every_inserts', checkpoint_every_inserts),
+                        ('max_unsaved_s', max_unsaved_s),
+                        ('checkpoint_retry_s', checkpoint_retry_s),
                         ('log_every_s', log_every_s)):
       if value is not None and (isinstance(value, bool) or
                                 not isinstance(value, (int, float)) or
@@ -94,8 +106,10 @@ class ReplayServer:
         checkpoint_every_inserts, int):
       raise ValueError(f'checkpoint_every_inserts must be an integer, got '
                        f'{checkpoint_every_inserts!r}.')
-    if log_every_s is None:
-      raise ValueError('log_every_s must be a positive number, got None.')
+    for name, value in (('log_every_s', log_every_s),
+                        ('checkpoint_retry_s', checkpoint_retry_s)):
+      if value is None:
+        raise ValueError(f'{name} must be a positive number, got None.')
     if on_existing not in ON_EXISTING:
       raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
                        f'{on_existing!r}.')
@@ -108,12 +122,20 @@ class ReplayServer:
     self._control_port = control_port
     self._every_s = checkpoint_every_s
     self._every_inserts = checkpoint_every_inserts
+    self._max_unsaved_s = max_unsaved_s
+    self._retry_s = float(checkpoint_retry_s)
+    # (monotonic time, message) of the first failure of scheduled
+    # checkpoints since the last success, and when to try again.
+    self._failing_since = None
+    self._retry_at = 0.0
     self._log_every_s = float(log_every_s)
     self._on_existing = on_existing
     self._control = None
     self._last_checkpoint = None
     self._last_checkpoint_time = None
     self._last_checkpoint_counts = None
+    # When items were first inserted after the last checkpoint (None: none).
+    self._unsaved_since = None
     self._last_log = None  # (time, stats) of the previous status line.
     self._lock = threading.Lock()
     self._started = self._closed = False
@@ -268,24 +290,45 @@ class ReplayServer:
       return None
     inserts, samples = self._counts(stats)
     last_inserts, last_samples = self._last_checkpoint_counts
+    if inserts == last_inserts:
+      self._unsaved_since = None
+    elif self._unsaved_since is None:
+      self._unsaved_since = now
     due = []
     if self._every_s and now - self._last_checkpoint_time >= self._every_s:
       due.append(f'every {self._every_s:g} s')
     if self._every_inserts and inserts - last_inserts >= self._every_inserts:
       due.append(f'{inserts - last_inserts} inserts')
+    if (self._max_unsaved_s and self._unsaved_since is not None and
+        now - self._unsaved_since >= self._max_unsaved_s):
+      due.append(f'{inserts - last_inserts} inserts unsaved for '
+                 f'{now - self._unsaved_since:.0f} s')
     if due and (inserts, samples) == (last_inserts, last_samples):
       self._last_checkpoint_time = now  # Nothing changed: nothing to save.
-    elif due:
-      try:
-        path = self.checkpoint(reason=' and '.join(due))
-      except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
-              OSError) as e:
-        logging.error('Scheduled checkpoint failed (retrying at the next '
-                      'poll; serving goes on): %s', e)
-        self._last_checkpoint_time = now
+    elif due and now >= self._retry_at:
+      path = self._scheduled_checkpoint(' and '.join(due), now)
     if now - self._last_log[0] >= self._log_every_s:
       logging.info('%s', self.status_line(stats, now))
       self._last_log = (now, stats)
+    return path
+
+  def _scheduled_checkpoint(self, reason: str, now: float) -> Optional[str]:
+    """Writes a scheduled checkpoint; a failure is logged, not raised."""
+    try:
+      path = self.checkpoint(reason=reason)
+    except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
+            OSError) as e:  # CheckpointWriteError is an OSError.
+      if self._failing_since is None:
+        self._failing_since = (now, str(e))
+      self._retry_at = now + self._retry_s
+      logging.error('Scheduled checkpoint failed (retrying in %g s; serving '
+                    'goes on, items since the last checkpoint are not saved '
+                    'yet): %s', self._retry_s, e)
+      return None
+    if self._failing_since is not None:
+      logging.warning('Checkpointing works again after failing for %.0f s.',
+                      now - self._failing_since[0])
+    self._failing_since, self._retry_at = None, 0.0
     return path
 
   def status_line(self, stats: Dict[str, Any], now: float) -> str:
@@ -315,6 +358,10 @@ class ReplayServer:
                    f'({max(ago, 0):.0f} s ago)')
     else:
       parts.append('no checkpoint yet')
+    if self._failing_since is not None:
+      since, message = self._failing_since
+      parts.append(f'CHECKPOINTS FAILING for {now - since:.0f} s (retry in '
+                   f'{max(self._retry_at - now, 0):.0f} s): {message}')
     return ' | '.join(parts)
 
   def serve_until(self, stop_requested: Callable[[], bool], *,
