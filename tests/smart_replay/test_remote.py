@@ -174,7 +174,10 @@ def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
 
 def test_server_killed_after_scheduled_checkpoint_resumes_it(served, tmp_path):
   checkpoint_dir = str(tmp_path / 'buffer')
+  # Every 50 inserts, and the tail (< 50 items) once it is 1 s old: the
+  # checkpoint that holds everything the actor wrote always comes.
   server = served('ReplayServer.checkpoint_every_inserts=50',
+                  'ReplayServer.max_unsaved_s=1.0',
                   checkpoint_dir=checkpoint_dir)
   results, go = SPAWN.Queue(), SPAWN.Event()
   actor = _start(remote_workers.phased_actor, server.address, 3, go, results)
