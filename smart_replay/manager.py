@@ -1049,6 +1049,7 @@ class ReplayBufferManager:
       self._tidy_reverb_root()
       before = self._table_stats()
       env_steps, episodes = self._env_steps(), self._episodes()
+      save_started = time.time()
       reverb_path = self._reverb_checkpoint()
       table_stats = self._table_stats()
       for name, variable in self._max_priority.items():
@@ -1059,8 +1060,10 @@ class ReplayBufferManager:
         stored = checkpoint_files.count_items(reverb_path)
         for name, stats in table_stats.items():
           stats['items'] = stored.get(name, 0)
+      # save_started_unix: clients that confirmed items after it and then
+      # see a server restored from this checkpoint count them as lost.
       counts = {'tables': table_stats, 'env_steps': env_steps,
-                'episodes': episodes}
+                'episodes': episodes, 'save_started_unix': save_started}
       path = self._store.commit(
           reverb_path, lambda name, files: manifest_lib.build_manifest(
               self._config, counts=counts, files=files, checkpoint_name=name,

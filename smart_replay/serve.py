@@ -14,6 +14,7 @@ service's (configuration and checkpoints, `smart_replay.control`).
 import socket
 import threading
 import time
+import uuid
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
@@ -23,6 +24,7 @@ from smart_replay import checkpoint_files
 from smart_replay import control as control_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
+from smart_replay import serving_record
 from smart_replay import specs
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
@@ -139,6 +141,8 @@ class ReplayServer:
     self._last_log = None  # (time, stats) of the previous status line.
     self._lock = threading.Lock()
     self._started = self._closed = False
+    self._restart_loss = None
+    self._recorded_inserts = None
 
   # ----------------------------------------------------------------- start-up
 
@@ -159,6 +163,7 @@ class ReplayServer:
     if self._started:
       raise errors.ManagerStateError('this ReplayServer is already started.')
     manager = self._manager
+    previous = serving_record.read(manager.checkpoint_dir)
     existing = manager.existing_checkpoints()
     if existing and self._on_existing == 'refuse':
       raise errors.CheckpointExistsError(
@@ -176,6 +181,26 @@ class ReplayServer:
       manager.create_replay_buffer(overwrite=bool(existing))
       self._last_checkpoint_counts = (0, 0)
     self._started = True
+    self._restart_loss = serving_record.lost_since(
+        previous, checkpoint=self._last_checkpoint,
+        restored_inserts=self._last_checkpoint_counts[0])
+    # Who this server is, for clients that reconnect after a restart: items
+    # they had confirmed after the restored save began are lost.
+    restored = manager.loaded_manifest if self._last_checkpoint else None
+    self._instance = {
+        'id': uuid.uuid4().hex, 'restored_checkpoint': self._last_checkpoint,
+        'restored_save_started': (restored or {}).get('counts', {}).get(
+            'save_started_unix'),
+        'restart_loss': self._restart_loss}
+    if self._restart_loss:
+      logging.warning(
+          'The previous server of this buffer (pid %s on %s, last seen %s) '
+          'stopped without its final checkpoint: at least %d item(s) it '
+          'inserted after %s were lost. Writers that were connected count '
+          'theirs in lost_items.', self._restart_loss['previous_pid'],
+          self._restart_loss['previous_host'],
+          self._restart_loss['last_seen'], self._restart_loss['lost_items'],
+          self._last_checkpoint or 'its start (it had no checkpoint)')
     try:
       port = int(manager.server_address.rpartition(':')[2])
       self._control = control_lib.ControlServer(
@@ -187,6 +212,7 @@ class ReplayServer:
       raise
     self._last_checkpoint_time = time.monotonic()
     self._last_log = (time.monotonic(), manager.stats())
+    self._record(self._counts(self._last_log[1])[0], clean=False)
     logging.warning(SECURITY_WARNING.format(port=port,
                                             control_port=self._control.port))
     return self
@@ -212,6 +238,12 @@ class ReplayServer:
     return self._control.port
 
   @property
+  def restart_loss(self) -> Optional[Dict[str, Any]]:
+    """What the previous server lost by stopping without its final
+    checkpoint (see `serving_record.lost_since`), or None."""
+    return self._restart_loss
+
+  @property
   def last_checkpoint(self) -> Optional[str]:
     """The newest checkpoint written or resumed (None before the first)."""
     return self._last_checkpoint
@@ -224,7 +256,18 @@ class ReplayServer:
     return {'config': manager.buffer_config,
             'checkpoint_dir': manager.checkpoint_dir,
             'keep_checkpoints': manager.keep_checkpoints,
-            'checkpoints': list(manager.existing_checkpoints())}
+            'checkpoints': list(manager.existing_checkpoints()),
+            'instance': self._instance}
+
+  def _record(self, inserts: int, *, clean: bool) -> None:
+    """Updates `serving_record` (a failure is logged: serving goes on)."""
+    try:
+      serving_record.write(self._manager.checkpoint_dir, inserts=inserts,
+                           clean=clean)
+      self._recorded_inserts = inserts
+    except OSError as e:
+      logging.warning('Could not update %s (%s); a crash now would be '
+                      'counted short.', serving_record.RECORD_FILE, e)
 
   def _checkpoint_request(self, request: Dict[str, Any]) -> str:
     return self.checkpoint(extra=request.get('extra'), reason='a client asked')
@@ -307,6 +350,8 @@ class ReplayServer:
       self._last_checkpoint_time = now  # Nothing changed: nothing to save.
     elif due and now >= self._retry_at:
       path = self._scheduled_checkpoint(' and '.join(due), now)
+    if inserts != self._recorded_inserts:
+      self._record(inserts, clean=False)
     if now - self._last_log[0] >= self._log_every_s:
       logging.info('%s', self.status_line(stats, now))
       self._last_log = (now, stats)
@@ -358,6 +403,9 @@ class ReplayServer:
                    f'({max(ago, 0):.0f} s ago)')
     else:
       parts.append('no checkpoint yet')
+    if self._restart_loss:
+      parts.append(f"the previous server lost {self._restart_loss['lost_items']}"
+                   ' item(s) at its crash')
     if self._failing_since is not None:
       since, message = self._failing_since
       parts.append(f'CHECKPOINTS FAILING for {now - since:.0f} s (retry in '
@@ -428,10 +476,24 @@ class ReplayServer:
     finally:
       if self._control is not None:
         self._control.stop()
+      self._record_stop()
       self._manager.close()
     if failure:
       raise failure
     return self._last_checkpoint
+
+  def _record_stop(self) -> None:
+    """Marks the serving record clean if the last checkpoint holds every
+    insert (else the next start counts what is lost)."""
+    if not self._started:
+      return
+    try:
+      inserts = self._counts(self._manager.stats())[0]
+    except errors.SmartReplayError as e:
+      logging.warning('Could not read the final insert count: %s', e)
+      return
+    self._record(inserts, clean=self._last_checkpoint is not None and
+                 inserts == self._last_checkpoint_counts[0])
 
   def __enter__(self) -> 'ReplayServer':
     """Starts the server (see `start`)."""

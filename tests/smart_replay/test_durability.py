@@ -217,3 +217,40 @@ def test_orphaned_keeps_only_the_newest_entries(tmp_path):
     store.recover()
   orphaned = sorted(os.listdir(tmp_path / checkpoints.ORPHANED_DIR))
   assert orphaned == ['2026-03', '2026-04']
+
+
+def test_recover_removes_partial_saves_and_finishes_deletions(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
+  partial = os.path.join(store.prepare_reverb_root(), '2026-01')
+  os.makedirs(partial)
+  open(os.path.join(partial, 'chunks.tfrecord'), 'w').close()  # No DONE.
+  incoming = os.path.join(store.checkpoints_dir, '.incoming-ckpt-000001')
+  half_deleted = os.path.join(store.checkpoints_dir, '.deleting-ckpt-000007')
+  for folder in (incoming, half_deleted):
+    os.makedirs(folder)
+    open(os.path.join(folder, 'items.tfrecord'), 'w').close()
+  actions = store.recover()
+  assert set(actions) == {f'removed {incoming}', f'removed {partial}'}
+  assert os.listdir(store.checkpoints_dir) == []
+  assert os.listdir(store.reverb_root) == []
+  assert not os.path.exists(tmp_path / checkpoints.ORPHANED_DIR)
+
+
+def test_a_plain_reverb_checkpoint_behind_the_managers_back_is_set_aside(
+    tmp_path):
+  import reverb  # pylint: disable=g-import-not-at-top
+  buffer_dir = str(tmp_path / 'buffer')
+  manager = worker.make_manager(buffer_dir)
+  _, observer = manager.create_replay_buffer()
+  for step in worker.round_steps(0):
+    observer(step)
+  observer.flush()
+  raw = reverb.Client(manager.server_address).checkpoint()  # Not ours.
+  ours = manager.checkpoint()
+  manager.close()
+  assert os.path.isdir(os.path.join(buffer_dir, checkpoints.ORPHANED_DIR,
+                                    os.path.basename(raw)))
+  again = worker.make_manager(buffer_dir)
+  again.load_replay_buffer()
+  assert again.loaded_checkpoint == ours
+  again.close()

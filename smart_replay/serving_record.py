@@ -1,0 +1,83 @@
+"""What a serving process last reported, to count what a crash lost.
+
+A server killed without its final checkpoint loses every item inserted after
+its last checkpoint. Reverb cannot say how many: the restored table counts
+only what the checkpoint held. So `ReplayServer` keeps `<buffer>/.serving.json`
+up to date while it serves (its pid, the time and the tables' total insert
+counter, rewritten atomically at most once per poll, when inserts happened)
+and marks it clean after its final checkpoint. The next start reads it: if the
+previous server did not stop cleanly, the items it inserted after the restored
+checkpoint are lost, and `lost_since` counts them from the two insert counters
+(Reverb restores the counter with the checkpoint, so they are comparable). The
+count is a lower bound: inserts in the last poll interval before the crash
+may be missing from the record.
+"""
+
+import datetime
+import json
+import os
+import socket
+from typing import Any, Dict, Optional
+
+RECORD_FILE = '.serving.json'
+
+
+def write(directory: str, *, inserts: int, clean: bool) -> None:
+  """Records the serving state of the buffer in `directory` (atomic rename).
+
+  Args:
+    directory: the buffer directory.
+    inserts: the tables' total insert counter now.
+    clean: True once the server stopped after its final checkpoint.
+
+  Raises:
+    OSError: if the file cannot be written (e.g. a full disk).
+  """
+  record = {'pid': os.getpid(), 'host': socket.gethostname(),
+            'time': datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec='seconds'),
+            'inserts': int(inserts), 'clean': bool(clean)}
+  path = os.path.join(directory, RECORD_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(record, f)
+  os.replace(path + '.tmp', path)
+
+
+def read(directory: str) -> Optional[Dict[str, Any]]:
+  """The record of the previous serving process, or None if there is none.
+
+  Args:
+    directory: the buffer directory.
+
+  Returns:
+    The dict `write` stored, or None if the file is missing or unreadable.
+  """
+  try:
+    with open(os.path.join(directory, RECORD_FILE)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) and 'inserts' in record else None
+
+
+def lost_since(previous: Optional[Dict[str, Any]], *, checkpoint: str,
+               restored_inserts: int) -> Optional[Dict[str, Any]]:
+  """What a previous server that did not stop cleanly lost, if anything.
+
+  Args:
+    previous: `read()` before this start, or None.
+    checkpoint: the checkpoint this start restored.
+    restored_inserts: the total insert counter that checkpoint holds.
+
+  Returns:
+    None after a clean stop (or with no record); else `{'lost_items': n,
+    'checkpoint': ..., 'previous_pid': ..., 'previous_host': ...,
+    'last_seen': ...}`, where `lost_items` (>= 0) is a lower bound on the
+    items inserted after `checkpoint` that the crash lost.
+  """
+  if not previous or previous.get('clean'):
+    return None
+  return {'lost_items': max(0, int(previous['inserts']) - restored_inserts),
+          'checkpoint': checkpoint, 'previous_pid': previous.get('pid'),
+          'previous_host': previous.get('host'),
+          'last_seen': previous.get('time')}
