@@ -139,6 +139,13 @@ class ReplayBufferManager:
     reconnect_timeout_s: how long observers keep retrying while the server is
       unreachable (e.g. restarting) before they raise
       `ServerUnavailableError` and count the unconfirmed steps as lost.
+    non_finite: what the observers do with a step holding NaN or +-Inf in a
+      floating field: 'error' (refuse it with `TrajectorySpecError`), 'warn'
+      (write it, log once per field) or 'allow' (see `TrajectoryObserver`).
+    float_bounds: the same for finite floats outside their bounded spec's
+      bounds (default 'warn': specs of continuous observations are often
+      loose). Step types other than FIRST/MID/LAST and integers outside their
+      bounds are always refused.
 
   Raises:
     ValueError: if an argument is invalid; the message names it and its value.
@@ -158,7 +165,8 @@ class ReplayBufferManager:
                allow_version_mismatch: bool = False,
                server_address: Optional[str] = None,
                control_address: Optional[str] = None,
-               reconnect_timeout_s: float = 300.0):
+               reconnect_timeout_s: float = 300.0,
+               non_finite: str = 'error', float_bounds: str = 'warn'):
     data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
     remote = server_address is not None
@@ -204,10 +212,17 @@ class ReplayBufferManager:
       _positive('num_envs', num_envs, integer=True)
     if chunk_length is not None:
       _positive('chunk_length', chunk_length, integer=True)
+    for name, value in (('non_finite', non_finite),
+                        ('float_bounds', float_bounds)):
+      if value not in observer_lib.VALUE_POLICIES:
+        raise ValueError(f'{name} must be one of '
+                         f'{observer_lib.VALUE_POLICIES}, got {value!r}.')
 
     self._data_spec = data_spec
     self._num_envs = num_envs
     self._chunk_length = chunk_length
+    self._value_policies = {'non_finite': non_finite,
+                            'float_bounds': float_bounds}
     self._sample_timeout_s = float(sample_timeout_s)
     self._write_timeout_s = float(write_timeout_s)
     self._connect_timeout_s = float(connect_timeout_s)
@@ -715,9 +730,52 @@ class ReplayBufferManager:
         num_envs=num_envs, priority=priority,
         priority_fn=self._new_item_priority, timeout_s=self._write_timeout_s,
         chunk_length=self._chunk_length, lock=self._lock,
-        reconnect_timeout_s=self._reconnect_timeout_s)
+        reconnect_timeout_s=self._reconnect_timeout_s,
+        on_reconnect=self._count_restart_loss if self._control else None,
+        **self._value_policies)
     self._observers.append(obs)
     return obs
+
+  def _count_restart_loss(self, observer: observer_lib.TrajectoryObserver
+                          ) -> None:
+    """Client mode, after an observer reconnected: if the server is a new
+    instance (it was restarted), every observer counts the items it had
+    confirmed that the restart lost."""
+    try:
+      instance = self._ask_instance()
+    except errors.SmartReplayError as e:
+      logging.warning('Could not ask the server at %s whether it restarted '
+                      '(%s); items a restart lost are not counted.',
+                      self._server_address, e)
+      return
+    with self._lock:
+      if instance.get('id') == self._served.get('instance', {}).get('id'):
+        return  # The same server: the connection was interrupted only.
+      self._served['instance'] = instance
+      for obs in self._observers:
+        obs.count_restart_loss(instance.get('restored_save_started'))
+    del observer  # Every observer of this manager talked to the old server.
+
+  def _ask_instance(self) -> Dict[str, Any]:
+    """The server's instance (see `ReplayServer`), on a new control channel:
+    the old one may still be backing off from the server that died.
+
+    Raises:
+      ServerUnavailableError: if no answer came within 3 x
+        `connect_timeout_s`.
+    """
+    deadline = time.monotonic() + 3 * self._connect_timeout_s
+    while True:
+      control = control_lib.ControlClient(self._control_address)
+      try:
+        return control.call('info', timeout_s=self._connect_timeout_s).get(
+            'instance') or {}
+      except errors.ServerUnavailableError:
+        if time.monotonic() > deadline:
+          raise
+      finally:
+        control.close()
+      time.sleep(0.5)
 
   def _new_item_priority(self, table_name: str) -> float:
     variable = self._max_priority.get(table_name)
@@ -1202,7 +1260,7 @@ class ReplayBufferManager:
              'times_sampled',        # {key: n}, if asked
              'times_sampled_histogram'}},  # {n: items}, if asked
          'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
-         'lost_steps', 'lost_items', 'reconnects'}
+         'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
 
       `items` is what the server holds (call `flush()` first to include
       items still in an observer's open chunk; `stats()` itself never waits
@@ -1216,7 +1274,9 @@ class ReplayBufferManager:
       (carried over from the loaded checkpoint; in client mode, this
       process's observers only); `lost_steps` / `lost_items` count what
       observers could not store because the server stayed unreachable longer
-      than `reconnect_timeout_s`; `short_episodes` counts
+      than `reconnect_timeout_s`, and `lost_items` also the confirmed items a
+      restart of the server lost (`lost_at_restart`: confirmed after the
+      restored checkpoint's save began); `short_episodes` counts
       episodes of this session shorter than the shortest sequence item
       (their steps are in `short_episode_steps`).
 
@@ -1271,6 +1331,8 @@ class ReplayBufferManager:
                                        for o in self._observers),
             'lost_steps': sum(o.num_lost_steps for o in self._observers),
             'lost_items': sum(o.num_lost_items for o in self._observers),
+            'lost_at_restart': sum(o.num_lost_at_restart
+                                   for o in self._observers),
             'reconnects': sum(o.num_reconnects for o in self._observers)}
 
   # ------------------------------------------------------------------ epochs

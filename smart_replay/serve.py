@@ -11,6 +11,7 @@ service's (configuration and checkpoints, `smart_replay.control`).
 `serve()` is what the `smart-replay-serve` binary runs.
 """
 
+import datetime
 import socket
 import threading
 import time
@@ -45,6 +46,18 @@ def _saved_counts(path: str):
   counters = checkpoint_files.read_table_counters(path).values()
   return (sum(c['inserts'] for c in counters),
           sum(c['samples'] for c in counters))
+
+
+def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:
+  """When the save of a checkpoint began (wall time), or None without one;
+  manifests of older versions give their creation time instead."""
+  if not manifest:
+    return None
+  started = manifest['counts'].get('save_started_unix')
+  if started is None:
+    started = datetime.datetime.fromisoformat(
+        manifest['created_utc']).timestamp()
+  return started
 
 
 @gin.configurable
@@ -170,8 +183,14 @@ class ReplayServer:
           f'{manager.checkpoint_dir} already holds checkpoints ({existing[-1]});'
           " pass on_existing='resume' to continue them or 'overwrite' to "
           'start empty.')
-    if existing and self._on_existing == 'resume':
-      manager.load_replay_buffer()
+    resumed = False
+    if self._on_existing == 'resume':
+      try:  # Also when only an interrupted first commit is there to adopt.
+        manager.load_replay_buffer()
+        resumed = True
+      except errors.CheckpointNotFoundError:
+        pass
+    if resumed:
       self._last_checkpoint = manager.loaded_checkpoint
       self._last_checkpoint_counts = _saved_counts(self._last_checkpoint)
       logging.info('Resumed %s: %s items.', self._last_checkpoint,
@@ -186,13 +205,16 @@ class ReplayServer:
         restored_inserts=self._last_checkpoint_counts[0])
     # Who this server is, for clients that reconnect after a restart: items
     # they had confirmed after the restored save began are lost.
-    restored = manager.loaded_manifest if self._last_checkpoint else None
     self._instance = {
         'id': uuid.uuid4().hex, 'restored_checkpoint': self._last_checkpoint,
-        'restored_save_started': (restored or {}).get('counts', {}).get(
-            'save_started_unix'),
+        'restored_save_started': _save_started(
+            manager.loaded_manifest if self._last_checkpoint else None),
         'restart_loss': self._restart_loss}
-    if self._restart_loss:
+    if self._restart_loss and not self._restart_loss['lost_items']:
+      logging.info('The previous server of this buffer stopped without its '
+                   'final checkpoint; %s holds every insert it recorded.',
+                   self._last_checkpoint)
+    elif self._restart_loss:
       logging.warning(
           'The previous server of this buffer (pid %s on %s, last seen %s) '
           'stopped without its final checkpoint: at least %d item(s) it '
@@ -403,7 +425,7 @@ class ReplayServer:
                    f'({max(ago, 0):.0f} s ago)')
     else:
       parts.append('no checkpoint yet')
-    if self._restart_loss:
+    if self._restart_loss and self._restart_loss['lost_items']:
       parts.append(f"the previous server lost {self._restart_loss['lost_items']}"
                    ' item(s) at its crash')
     if self._failing_since is not None:

@@ -25,6 +25,13 @@ DEFAULT_TABLE_NAME = 'experience'
 SAMPLING_ONLY_FIELDS = ('importance_beta', 'importance_beta_final',
                         'importance_beta_steps', 'priority_epsilon',
                         'initial_priority')
+# The largest count Reverb 0.14 takes: its pybind layer passes max_size,
+# max_times_sampled, min_size_to_sample (and the writer's keep-alive steps,
+# at least an item's length) as C++ int32, and refuses 2**31 with a bare
+# "incompatible constructor arguments" TypeError.
+REVERB_MAX_INT = 2**31 - 1
+_TOO_LARGE = (f'at most {REVERB_MAX_INT} (2**31 - 1): Reverb 0.14 takes it as '
+              'a C++ int32 and refuses larger values')
 
 
 def _is_int(value) -> bool:
@@ -58,6 +65,9 @@ class TableConfig:
     sampler: one of 'uniform', 'prioritized', 'fifo', 'lifo'.
     remover: which item leaves a full table: 'fifo', 'lifo' or 'uniform'.
     max_size: capacity in items; None means the manager's `capacity`.
+      Reverb takes it (and `max_times_sampled`, `min_size_to_sample`,
+      `sequence_length`, `episode_length`) as a C++ int32: at most
+      `REVERB_MAX_INT` = 2**31 - 1.
     max_times_sampled: an item is deleted after this many samples; 0 = never
       (1 with a 'fifo' sampler is a queue: each item is sampled once).
     min_size_to_sample: sampling blocks until the table holds this many items.
@@ -132,6 +142,9 @@ class TableConfig:
       self._fail('max_times_sampled', 'an integer >= 0 (0 = no limit)')
     if not _is_int(self.min_size_to_sample) or self.min_size_to_sample < 1:
       self._fail('min_size_to_sample', 'an integer >= 1')
+    for field in ('max_size', 'max_times_sampled', 'min_size_to_sample'):
+      if (getattr(self, field) or 0) > REVERB_MAX_INT:
+        self._fail(field, _TOO_LARGE)
     if self.max_size is not None and self.min_size_to_sample > self.max_size:
       self._fail('min_size_to_sample', f'<= max_size={self.max_size} (a '
                  'table can never hold more, so sampling would never start)')
@@ -190,6 +203,8 @@ class TableConfig:
     if self.kind == 'episode':
       if not _is_int(self.episode_length) or self.episode_length < 1:
         self._fail('episode_length', 'an integer >= 1 for an episode table')
+      if self.episode_length > REVERB_MAX_INT:
+        self._fail('episode_length', _TOO_LARGE)
       for field in ('sequence_length', 'stride_length'):
         if getattr(self, field) is not None:
           self._fail(field, "None for an episode table (use episode_length)")
@@ -205,6 +220,8 @@ class TableConfig:
         value = getattr(self, field)
         if value is not None and (not _is_int(value) or value < 1):
           self._fail(field, 'an integer >= 1, or None for the manager\'s')
+      if (self.sequence_length or 0) > REVERB_MAX_INT:
+        self._fail('sequence_length', _TOO_LARGE)
 
   @property
   def item_length(self) -> int:
@@ -231,11 +248,19 @@ class TableConfig:
       `sequence_length` and `stride_length`).
 
     Raises:
-      ValueError: if the resolved config is inconsistent (e.g.
-        `min_size_to_sample` above the capacity).
+      ValueError: if `capacity` is needed (`max_size` is None) but is not an
+        integer in [1, 2**31 - 1], or the resolved config is inconsistent
+        (e.g. `min_size_to_sample` above the capacity).
     """
     changes = {}
     if self.max_size is None:
+      if not _is_int(capacity) or not 1 <= capacity <= REVERB_MAX_INT:
+        raise ValueError(
+            f'capacity is {capacity!r}, the max_size of table {self.name!r} '
+            f'(which sets none); expected a positive integer' + (
+                f' of at most {REVERB_MAX_INT} (2**31 - 1): Reverb 0.14 takes '
+                'a table\'s max_size as a C++ int32 and refuses larger values'
+                if _is_int(capacity) and capacity > 0 else '') + '.')
       changes['max_size'] = capacity
     if self.kind == 'sequence':
       if self.sequence_length is None:

@@ -165,10 +165,13 @@ def make_manager(tmp_path, data_spec):
 
 
 def dir_digest(path):
-  """{relative file path: bytes} of everything under `path`."""
+  """{relative file path: bytes} of everything under `path`, except the
+  `.lock` file (it records who holds the buffer open, not its data)."""
   out = {}
   for root, _, files in os.walk(path):
     for name in files:
+      if name == '.lock' and root == str(path):
+        continue
       full = os.path.join(root, name)
       with open(full, 'rb') as f:
         out[os.path.relpath(full, path)] = f.read()

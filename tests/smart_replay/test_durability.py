@@ -14,10 +14,12 @@ import signal
 import time
 
 import pytest
+import reverb
 
 import smart_replay
 from smart_replay import checkpoint_store
 from smart_replay import checkpoints
+from smart_replay import serve as serve_lib
 from tests.smart_replay import durability_worker as worker
 
 ROUNDS = 20
@@ -238,7 +240,6 @@ def test_recover_removes_partial_saves_and_finishes_deletions(tmp_path):
 
 def test_a_plain_reverb_checkpoint_behind_the_managers_back_is_set_aside(
     tmp_path):
-  import reverb  # pylint: disable=g-import-not-at-top
   buffer_dir = str(tmp_path / 'buffer')
   manager = worker.make_manager(buffer_dir)
   _, observer = manager.create_replay_buffer()
@@ -254,3 +255,23 @@ def test_a_plain_reverb_checkpoint_behind_the_managers_back_is_set_aside(
   again.load_replay_buffer()
   assert again.loaded_checkpoint == ours
   again.close()
+
+
+def test_server_resumes_a_first_commit_that_a_kill_interrupted(tmp_path):
+  buffer_dir = str(tmp_path / 'buffer')
+  manager = worker.make_manager(buffer_dir)
+  _, observer = manager.create_replay_buffer()
+  for step in worker.round_steps(0):
+    observer(step)
+  path = manager.checkpoint()
+  manager.close()
+  # What a kill right after the manifest was written leaves.
+  os.replace(path, os.path.join(os.path.dirname(path), '.incoming-ckpt-000001'))
+  server = serve_lib.ReplayServer(worker.make_manager(buffer_dir),
+                                  log_every_s=3600)
+  server.start()
+  try:
+    assert server.last_checkpoint == path
+    assert server.manager.num_frames() == 8
+  finally:
+    server.close(final_checkpoint=False)

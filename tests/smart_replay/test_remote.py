@@ -17,6 +17,7 @@ import time
 import pytest
 
 import smart_replay
+from smart_replay import serving_record
 from smart_replay import specs
 from tests import conftest
 from tests.smart_replay import remote_workers
@@ -84,6 +85,14 @@ def served(tmp_path):
   for server in servers:
     if server.process.poll() is None:
       server.stop(signal.SIGKILL)
+
+
+def _wait_until(condition, what, timeout_s=60):
+  deadline = time.monotonic() + timeout_s
+  while not condition():
+    if time.monotonic() > deadline:
+      raise AssertionError(f'timed out after {timeout_s} s waiting for {what}')
+    time.sleep(0.05)
 
 
 def _start(target, *args):
@@ -275,13 +284,19 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
     for step in steps[10:16]:
       observer(step)
     observer.flush()  # Confirmed by the server, but in no checkpoint.
+    _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
+        'inserts') == 15, 'the server to record its 15 inserts')
     server.stop(signal.SIGKILL)
     for step in steps[16:36]:  # Items (16,17).. reference a lost chunk.
       observer(step)
-    served(checkpoint_dir=checkpoint_dir, port=server.port)
+    restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
+    assert 'at least 6 item(s) it inserted after' in restarted.log()
     observer.flush()  # Waits for the server, then sends the pending items.
     assert observer.num_reconnects == 1
-    assert observer.num_lost_steps == observer.num_lost_items == 0
+    # The 6 items confirmed after the checkpoint died with the server.
+    assert observer.num_lost_steps == 0
+    assert observer.num_lost_items == observer.num_lost_at_restart == 6
+    assert manager.stats()['lost_items'] == 6
     seen = conftest.sample_all_items(manager, batch_size=8)
     want = conftest.expected_items(steps, 2)
     kept = want[:9] + want[15:]  # The checkpoint, and all written after kill.

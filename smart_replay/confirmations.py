@@ -1,0 +1,77 @@
+"""When a writer's items were confirmed, to count what a server restart lost.
+
+A server that is killed and resumes its last checkpoint has lost every item it
+confirmed after that save began. The server cannot tell each writer which of
+its items those were; the writer can, if it remembers when its items were
+confirmed: `ConfirmationLog` keeps `(wall time, items confirmed so far)` per
+confirmation, in bounded memory (exact for recent ones, thinned for old ones),
+and answers how many were confirmed after a given time.
+"""
+
+import time
+from typing import List, Optional, Tuple
+
+# Entries kept at most; when full, the older half is thinned to every other
+# entry, so recent confirmations keep their exact times and old ones a
+# coarser record, in bounded memory.
+MAX_ENTRIES = 8192
+
+
+class ConfirmationLog:
+  """A bounded record of when a writer's items were confirmed.
+
+  Each entry `(time, total)` says that `total` items were confirmed by
+  `time`. An item whose confirmation time is not known exactly any more
+  (thinned out, or dropped) counts as confirmed as late as the record allows,
+  so `confirmed_after` errs towards counting an item as lost, never the
+  other way round.
+
+  Attributes:
+    total: items confirmed so far.
+
+  Args:
+    max_entries: entries kept (>= 4).
+
+  Raises:
+    ValueError: if `max_entries` < 4.
+  """
+
+  def __init__(self, *, max_entries: int = MAX_ENTRIES):
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or (
+        max_entries < 4):
+      raise ValueError(f'max_entries must be an integer >= 4, got '
+                       f'{max_entries!r}.')
+    self._max_entries = max_entries
+    self._entries: List[Tuple[float, int]] = []
+    self.total = 0
+
+  def add(self, count: int, now: Optional[float] = None) -> None:
+    """Records that `count` more items were confirmed (at `now`).
+
+    Args:
+      count: items newly confirmed; nothing happens for 0 or less.
+      now: wall time (`time.time()` scale), default now.
+    """
+    if count <= 0:
+      return
+    self.total += count
+    self._entries.append((time.time() if now is None else now, self.total))
+    if len(self._entries) > self._max_entries:
+      half = len(self._entries) // 2
+      self._entries[:half] = self._entries[1:half:2]
+
+  def confirmed_after(self, when: float) -> int:
+    """Items confirmed after wall time `when` (an upper bound, see above).
+
+    Args:
+      when: a wall time (`time.time()` scale).
+
+    Returns:
+      The number of items, >= 0.
+    """
+    before = 0
+    for confirmed_at, total in self._entries:
+      if confirmed_at >= when:
+        break
+      before = total
+    return self.total - before
