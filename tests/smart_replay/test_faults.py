@@ -6,6 +6,7 @@ serving; the next save succeeds once the disk is usable again. The standalone
 server logs the failure, shows it in its status line and retries.
 """
 
+import concurrent.futures
 import contextlib
 import errno
 import os
@@ -17,6 +18,7 @@ import smart_replay
 from smart_replay import checkpoint_store
 from smart_replay import checkpoints
 from smart_replay import serve as serve_lib
+from smart_replay import server as server_lib
 from tests.smart_replay import durability_worker as worker
 
 
@@ -106,18 +108,21 @@ def test_full_then_read_only_disk_fail_the_save_and_lose_nothing(small_disk):
   again.close()
 
 
-@pytest.mark.parametrize('step', ['moved', 'hashed', 'manifest_written'])
-def test_a_failing_commit_step_removes_the_save(tmp_path, monkeypatch, step):
+@pytest.mark.parametrize('step,code', [
+    ('moved', errno.ENOSPC), ('hashed', errno.EIO),
+    ('manifest_written', errno.EROFS)])
+def test_a_failing_commit_step_removes_the_save(tmp_path, monkeypatch, step,
+                                                code):
   def fail(reached):
     if reached == step:
-      raise OSError(errno.ENOSPC, 'No space left on device')
+      raise OSError(code, os.strerror(code))
   buffer_dir = str(tmp_path / 'buffer')
   manager = worker.make_manager(buffer_dir)
   manager.create_replay_buffer()
   first = manager.checkpoint()
   monkeypatch.setattr(checkpoint_store, '_fault_point', fail)
   with pytest.raises(smart_replay.CheckpointWriteError,
-                     match='No space left on device'):
+                     match=f'{os.strerror(code)}.*errno {code}'):
     manager.checkpoint()
   _nothing_left_behind(buffer_dir)
   assert manager.existing_checkpoints() == [first]
@@ -170,3 +175,18 @@ def test_insert_schedule_tail_is_saved_within_max_unsaved_s(tmp_path):
         'items'] == 8
   finally:
     server.close(final_checkpoint=False)
+
+
+@pytest.mark.parametrize('raised', [
+    IndexError('chunks.tfrecord; No space left on device'),
+    RuntimeError('Internal: write failed'), OSError(errno.EIO, 'I/O error')])
+def test_whatever_reverb_raises_becomes_one_error(raised):
+  def reverb_checkpoint():
+    raise raised
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    with pytest.raises(smart_replay.CheckpointWriteError) as e:
+      server_lib.wait_for_checkpoint(pool.submit(reverb_checkpoint),
+                                     timeout_s=10, where='/buffer/.reverb')
+  assert str(e.value) == ('Reverb failed to write a checkpoint to '
+                          f'/buffer/.reverb: {type(raised).__name__}: {raised}')
+  assert e.value.__cause__ is raised
