@@ -45,6 +45,7 @@ from smart_replay import manifest as manifest_lib
 from smart_replay import observer as observer_lib
 from smart_replay import server as server_lib
 from smart_replay import specs
+from smart_replay import step_validation
 from smart_replay import tables as tables_lib
 
 
@@ -214,9 +215,9 @@ class ReplayBufferManager:
       _positive('chunk_length', chunk_length, integer=True)
     for name, value in (('non_finite', non_finite),
                         ('float_bounds', float_bounds)):
-      if value not in observer_lib.VALUE_POLICIES:
+      if value not in step_validation.VALUE_POLICIES:
         raise ValueError(f'{name} must be one of '
-                         f'{observer_lib.VALUE_POLICIES}, got {value!r}.')
+                         f'{step_validation.VALUE_POLICIES}, got {value!r}.')
 
     self._data_spec = data_spec
     self._num_envs = num_envs
