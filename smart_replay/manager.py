@@ -376,6 +376,8 @@ class ReplayBufferManager:
       ValueError: if the configured `port` is in use.
       WaitTimeoutError: if the new server does not answer in time.
       FileExistsError: if an earlier interrupted overwrite left `.replaced/`.
+      BufferInUseError: if another manager (this process or another) has
+        `checkpoint_dir` open; names its pid, host and start time.
     """
     self._require_local('create_replay_buffer')
     self._require_state(started=False)
@@ -467,6 +469,8 @@ class ReplayBufferManager:
       ManagerStateError: if the manager is already started or closed.
       ValueError: if the configured `port` is in use.
       WaitTimeoutError: if the server does not answer in time.
+      BufferInUseError: if another manager (this process or another) has
+        `checkpoint_dir` open; names its pid, host and start time.
     """
     self._require_local('load_replay_buffer')
     self._require_state(started=False)
