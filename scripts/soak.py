@@ -245,8 +245,10 @@ def run(settings: dict) -> dict:
     stop.set()
     for t in threads:
       t.join(120)
-    manager.close()
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+      manager.close()
+    finally:
+      shutil.rmtree(work, ignore_errors=True)
   if failures:
     raise failures[0]
 
@@ -299,7 +301,12 @@ def main(argv):
            'rss_every_s', 'max_growth_mb_per_min')
   settings = {name: FLAGS[name].value for name in names}
   settings['mode'] = modes
-  result = run(settings)
+  try:
+    result = run(settings)
+  except KeyboardInterrupt:  # run() has closed the buffer and removed it.
+    print('\nInterrupted: no verdict (the slope needs the whole duration).',
+          file=sys.stderr)
+    sys.exit(130)
 
   counts, env = result['counts'], result['env']
   print(f"\nsoak {'+'.join(sorted(modes))} (sampler {FLAGS.sampler}, "
