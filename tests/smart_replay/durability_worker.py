@@ -89,11 +89,19 @@ def stored_first_steps(manager):
   return sorted(firsts)
 
 
-def _write_round(manager, observer, round_index):
+def write_round(observer, round_index):
+  """Writes the steps of one round and flushes them."""
   for step in round_steps(round_index):
     observer(step)
   observer.flush()
-  del manager
+
+
+def new_buffer_with_round(buffer_dir):
+  """A new buffer holding round 0: `(manager, replay_buffer, observer)`."""
+  manager = make_manager(buffer_dir)
+  replay_buffer, observer = manager.create_replay_buffer()
+  write_round(observer, 0)
+  return manager, replay_buffer, observer
 
 
 def open_buffer(buffer_dir):
@@ -114,7 +122,7 @@ def write_and_die_at(buffer_dir, round_index, step, conn):
       os.kill(os.getpid(), signal.SIGKILL)
   checkpoint_store._fault_point = die  # pylint: disable=protected-access
   manager, observer = open_buffer(buffer_dir)
-  _write_round(manager, observer, round_index)
+  write_round(observer, round_index)
   conn.send(('saving', round_index))
   manager.checkpoint(extra={'round': round_index})
   conn.send(('survived', round_index))
@@ -125,7 +133,7 @@ def write_until_killed(buffer_dir, first_round, conn):
   manager, observer = open_buffer(buffer_dir)
   round_index = first_round
   while True:
-    _write_round(manager, observer, round_index)
+    write_round(observer, round_index)
     path = manager.checkpoint(extra={'round': round_index})
     conn.send(('committed', round_index, path))
     round_index += 1

@@ -170,10 +170,7 @@ def test_second_process_is_refused_and_a_kill_leaves_no_stale_lock(tmp_path):
 
 def test_py_client_checkpoint_is_the_managers(tmp_path):
   buffer_dir = str(tmp_path / 'buffer')
-  manager = worker.make_manager(buffer_dir)
-  replay_buffer, observer = manager.create_replay_buffer()
-  for step in worker.round_steps(0):
-    observer(step)
+  manager, replay_buffer, _ = worker.new_buffer_with_round(buffer_dir)
   path = replay_buffer.py_client.checkpoint()  # The original tool's call.
   manager.close()
   assert checkpoints.checkpoint_number(path) == 1
@@ -241,11 +238,7 @@ def test_recover_removes_partial_saves_and_finishes_deletions(tmp_path):
 def test_a_plain_reverb_checkpoint_behind_the_managers_back_is_set_aside(
     tmp_path):
   buffer_dir = str(tmp_path / 'buffer')
-  manager = worker.make_manager(buffer_dir)
-  _, observer = manager.create_replay_buffer()
-  for step in worker.round_steps(0):
-    observer(step)
-  observer.flush()
+  manager, _, _ = worker.new_buffer_with_round(buffer_dir)
   raw = reverb.Client(manager.server_address).checkpoint()  # Not ours.
   ours = manager.checkpoint()
   manager.close()
@@ -259,10 +252,7 @@ def test_a_plain_reverb_checkpoint_behind_the_managers_back_is_set_aside(
 
 def test_server_resumes_a_first_commit_that_a_kill_interrupted(tmp_path):
   buffer_dir = str(tmp_path / 'buffer')
-  manager = worker.make_manager(buffer_dir)
-  _, observer = manager.create_replay_buffer()
-  for step in worker.round_steps(0):
-    observer(step)
+  manager, _, _ = worker.new_buffer_with_round(buffer_dir)
   path = manager.checkpoint()
   manager.close()
   # What a kill right after the manifest was written leaves.

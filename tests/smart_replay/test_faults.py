@@ -68,10 +68,7 @@ def _nothing_left_behind(buffer_dir):
 
 def test_full_then_read_only_disk_fail_the_save_and_lose_nothing(small_disk):
   buffer_dir = str(small_disk / 'buffer')
-  manager = worker.make_manager(buffer_dir)
-  _, observer = manager.create_replay_buffer()
-  for step in worker.round_steps(0):
-    observer(step)
+  manager, _, observer = worker.new_buffer_with_round(buffer_dir)
   first = manager.checkpoint(extra={'round': 0})
   filler = _fill(small_disk)
   for step in worker.round_steps(1):
