@@ -22,6 +22,8 @@ import os
 import socket
 from typing import Any, Dict, Optional
 
+from absl import logging
+
 from smart_replay import errors
 
 LOCK_FILE = '.lock'
@@ -110,9 +112,13 @@ class BufferLock:
     holder = {'pid': os.getpid(), 'host': socket.gethostname(),
               'since': datetime.datetime.now(datetime.timezone.utc)
                        .isoformat(timespec='seconds')}
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps(holder).encode())
     self._fd = fd
+    try:
+      os.ftruncate(fd, 0)
+      os.write(fd, json.dumps(holder).encode())
+    except OSError as e:  # E.g. a full disk: the lock itself is held.
+      logging.warning('Holding the lock on %s, but could not record the '
+                      'holder in %s: %s', self._directory, self.path, e)
     return self
 
   def release(self) -> None:
