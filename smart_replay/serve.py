@@ -139,8 +139,8 @@ class ReplayServer:
     self._every_inserts = checkpoint_every_inserts
     self._max_unsaved_s = max_unsaved_s
     self._retry_s = float(checkpoint_retry_s)
-    # (monotonic time, message) of the first failure of scheduled
-    # checkpoints since the last success, and when to try again.
+    # (monotonic time of the first, message of the latest) failure of
+    # scheduled checkpoints since the last success, and when to try again.
     self._failing_since = None
     self._retry_at = 0.0
     self._log_every_s = float(log_every_s)
@@ -385,8 +385,8 @@ class ReplayServer:
       path = self.checkpoint(reason=reason)
     except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
             OSError) as e:  # CheckpointWriteError is an OSError.
-      if self._failing_since is None:
-        self._failing_since = (now, str(e))
+      first = now if self._failing_since is None else self._failing_since[0]
+      self._failing_since = (first, str(e))  # The latest cause.
       self._retry_at = now + self._retry_s
       logging.error('Scheduled checkpoint failed (retrying in %g s; serving '
                     'goes on, items since the last checkpoint are not saved '
