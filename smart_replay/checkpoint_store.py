@@ -182,7 +182,7 @@ class CheckpointStore:
               'ReplayBufferManager.checkpoint())')
           actions.append(f'set aside {path}')
         else:
-          _remove(path)
+          durable.remove(path)
           logging.warning('Removed %s: an incomplete Reverb save.', path)
           actions.append(f'removed {path}')
     return actions
@@ -242,7 +242,7 @@ class CheckpointStore:
           f'(was something else written into {self.reverb_root}?).')
     missing = checkpoint_files.missing_files(reverb_path)
     if missing:
-      _remove(reverb_path)
+      durable.remove(reverb_path)
       raise errors.CheckpointCorruptError(
           f'Reverb checkpoint {reverb_path} is incomplete: missing {missing}.')
     _fault_point('reverb_written')
@@ -270,7 +270,7 @@ class CheckpointStore:
     except BaseException as e:
       for leftover in (reverb_path, incoming, final):
         try:
-          _remove(leftover)
+          durable.remove(leftover)
         except OSError as cleanup_error:  # recover() retries at the next save.
           logging.error('Could not remove %s after a failed save: %s',
                         leftover, cleanup_error)
@@ -342,16 +342,6 @@ def _fingerprint(path: str):
                          e.stat().st_mtime_ns) for e in os.scandir(path)))
   except OSError:
     return None
-
-
-def _remove(path) -> None:
-  """Removes a file or folder left by a failed or interrupted save (if any)."""
-  if not path:
-    return
-  if os.path.isdir(path) and not os.path.islink(path):
-    durable.remove_tree(path)
-  elif os.path.lexists(path):
-    os.remove(path)
 
 
 def _fault_point(step: str) -> None:

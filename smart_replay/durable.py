@@ -20,7 +20,7 @@ the disk.
 import os
 import shutil
 import time
-from typing import List
+from typing import List, Optional
 
 from absl import logging
 
@@ -84,6 +84,23 @@ def remove_tree(path: str) -> None:
   doomed = os.path.join(parent, _DELETING + name)
   os.replace(path, doomed)
   shutil.rmtree(doomed, ignore_errors=True)
+
+
+def remove(path: Optional[str]) -> None:
+  """Removes a file, or a folder with `remove_tree`; nothing if missing.
+
+  Args:
+    path: what to remove, or None.
+
+  Raises:
+    OSError: if the removal fails.
+  """
+  if not path:
+    return
+  if os.path.isdir(path) and not os.path.islink(path):
+    remove_tree(path)
+  elif os.path.lexists(path):
+    os.remove(path)
 
 
 def remove_interrupted_deletions(folder: str) -> List[str]:
@@ -156,13 +173,9 @@ def bound_orphaned(root: str, *, keep_orphaned: int = KEEP_ORPHANED
   remove_interrupted_deletions(aside)
   entries = sorted((os.path.join(aside, n) for n in os.listdir(aside)),
                    key=os.path.getmtime, reverse=True)
-  deleted = []
-  for path in entries[keep_orphaned:]:
-    if os.path.isdir(path) and not os.path.islink(path):
-      remove_tree(path)
-    else:
-      os.remove(path)
-    deleted.append(path)
+  deleted = entries[keep_orphaned:]
+  for path in deleted:
+    remove(path)
   if deleted:
     logging.info('Deleted %d old entr%s of %s (it keeps the newest %d): %s',
                  len(deleted), 'y' if len(deleted) == 1 else 'ies', aside,

@@ -746,6 +746,7 @@ class ReplayBufferManager:
     """Client mode, after an observer reconnected: if the server is a new
     instance (it was restarted), every observer counts the items it had
     confirmed that the restart lost."""
+    del observer  # Every observer of this manager talked to the old server.
     try:
       instance = self._ask_instance()
     except errors.SmartReplayError as e:
@@ -759,7 +760,6 @@ class ReplayBufferManager:
       self._served['instance'] = instance
       for obs in self._observers:
         obs.count_restart_loss(instance.get('restored_save_started'))
-    del observer  # Every observer of this manager talked to the old server.
 
   def _ask_instance(self) -> Dict[str, Any]:
     """The server's instance (see `ReplayServer`), on a new control channel:
@@ -1110,11 +1110,9 @@ class ReplayBufferManager:
       self._wait_for_pending_save()
       self.flush()
       self._tidy_reverb_root()
-      before = self._table_stats()
       env_steps, episodes = self._env_steps(), self._episodes()
       save_started = time.time()
-      reverb_path = self._reverb_checkpoint()
-      table_stats = self._table_stats()
+      reverb_path, before, table_stats = self._reverb_checkpoint()
       for name, variable in self._max_priority.items():
         table_stats[name]['max_priority'] = float(variable.numpy())
         before[name]['max_priority'] = table_stats[name]['max_priority']
@@ -1136,11 +1134,13 @@ class ReplayBufferManager:
                  path)
     return path
 
-  def _reverb_checkpoint(self) -> str:
+  def _reverb_checkpoint(self) -> Tuple[str, Dict[str, Dict[str, int]],
+                                        Dict[str, Dict[str, int]]]:
     """Has Reverb write its tables to `.reverb/`, bounded by the timeout.
 
     Returns:
-      The folder Reverb wrote.
+      `(folder, stats_before, stats_after)`: the folder Reverb wrote, and
+      `_table_stats()` just before and after the save.
 
     Raises:
       WaitTimeoutError: if Reverb takes longer than `checkpoint_timeout_s`
@@ -1148,7 +1148,7 @@ class ReplayBufferManager:
       CheckpointWriteError: if Reverb failed to write, or wrote an
         incomplete folder (its leftovers are removed).
     """
-    before = self._sizes()
+    before = self._table_stats()
     save = self._save_pool.submit(self._client.checkpoint)
     try:
       path = server_lib.wait_for_checkpoint(
@@ -1160,10 +1160,10 @@ class ReplayBufferManager:
     except errors.CheckpointWriteError:
       self._tidy_reverb_root()  # Remove what the failed write left.
       raise
-    after = self._sizes()
+    after = self._table_stats()
     problems = checkpoint_files.written_problems(
-        path, {name: n if after[name] == n else None
-               for name, n in before.items()})
+        path, {name: t['items'] if after[name]['items'] == t['items'] else None
+               for name, t in before.items()})
     if problems:
       shutil.rmtree(path, ignore_errors=True)
       free = shutil.disk_usage(self._store.root).free
@@ -1171,7 +1171,7 @@ class ReplayBufferManager:
           f'Reverb reported checkpoint {path} as written, but it is '
           f"incomplete ({'; '.join(problems)}); it was removed. Reverb "
           f'ignores some write errors: its disk has {free:,} bytes free.')
-    return path
+    return path, before, after
 
   def _tidy_reverb_root(self) -> None:
     """Recovers leftovers of interrupted saves (see `CheckpointStore.recover`);
@@ -1434,7 +1434,7 @@ class ReplayBufferManager:
       if flush:
         self.flush()
       self._wait_for_pending_save()
-      path = self._reverb_checkpoint()
+      path, _, _ = self._reverb_checkpoint()
     try:
       return read(path)
     finally:
