@@ -8,10 +8,12 @@ setuptools.setup(
     description=('A Reverb replay buffer for TF-Agents: built from the '
                  'collect_data_spec, validated, checkpointed and resumed safely.'),
     packages=(setuptools.find_packages(include=['smart_replay', 'smart_replay.*'])
-              + ['smart_replay_scripts']),
+              + ['smart_replay_scripts', 'smart_replay_benchmarks']),
     # The absl binaries in scripts/ are installed as smart_replay_scripts, so
-    # that console scripts and `python -m smart_replay_scripts.X` work.
-    package_dir={'smart_replay_scripts': 'scripts'},
+    # that console scripts and `python -m smart_replay_scripts.X` work; the
+    # benchmark harness in benchmarks/ as smart_replay_benchmarks.
+    package_dir={'smart_replay_scripts': 'scripts',
+                 'smart_replay_benchmarks': 'benchmarks'},
     entry_points={'console_scripts': [
         'smart-replay-populate='
         'smart_replay_scripts.populate_starter_buffer:run',
@@ -33,9 +35,11 @@ setuptools.setup(
         'grpcio',  # the control service of smart-replay-serve (TF needs it too)
         'numpy<2',
         'tqdm',
-        'matplotlib',  # benchmark charts (headless, Agg)
-        'psutil',  # benchmark: server memory
         'cramjam',  # snappy: reading the chunks of Reverb checkpoint files
     ],
-    extras_require={'test': ['pytest>=7']},
+    extras_require={
+        'plots': ['matplotlib'],  # smart-replay-inspect --plot
+        'bench': ['matplotlib', 'psutil'],  # benchmarks/: charts, server memory
+        'test': ['pytest>=7', 'matplotlib', 'psutil'],
+    },
 )

@@ -13,7 +13,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from smart_replay import benchmark
+from smart_replay_benchmarks import benchmark_lib as benchmark
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('steps', 1_000_000, 'Steps written into each compared '

@@ -10,7 +10,7 @@ from absl import app
 from absl import flags
 import gin
 
-from smart_replay import demo
+from smart_replay.apps import demo
 from smart_replay import errors
 
 FLAGS = flags.FLAGS

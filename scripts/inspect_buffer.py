@@ -19,10 +19,10 @@ import sys
 from absl import app
 from absl import flags
 
-from smart_replay import cli
-from smart_replay import export
-from smart_replay import inspection
-from smart_replay import plots
+from smart_replay.apps import cli
+from smart_replay.tools import export
+from smart_replay.tools import inspection
+from smart_replay.tools import plots
 
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('json', False, 'Print JSON instead of text.')

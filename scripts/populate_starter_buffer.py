@@ -25,8 +25,8 @@ from absl import app
 from absl import flags
 import gin
 
-from smart_replay import cli
-from smart_replay import populate
+from smart_replay.apps import cli
+from smart_replay.apps import populate
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('buffer_name', None, 'Plain name of the starter buffer.')

@@ -6,7 +6,7 @@ Examples:
   smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
 
 The spec file is the agent's `collect_data_spec`, saved with
-`smart_replay.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's capacity
+`smart_replay.core.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's capacity
 and tables, and the checkpoint schedule, come from gin (`ReplayBufferManager`
 and `ReplayServer` bindings; see configs/serve.gin). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
@@ -25,12 +25,12 @@ from absl import app
 from absl import flags
 import gin
 
-from smart_replay import cli
-from smart_replay import serve
+from smart_replay.apps import cli
+from smart_replay.remote import replay_server as serve
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
-                    'collect_data_spec saved with smart_replay.specs.save_spec.')
+                    'collect_data_spec saved with smart_replay.core.specs.save_spec.')
 flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '

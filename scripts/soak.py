@@ -145,7 +145,7 @@ def run(settings: dict) -> dict:
   import reverb  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import smart_replay  # pylint: disable=g-import-not-at-top
-  from smart_replay import benchmark  # pylint: disable=g-import-not-at-top
+  from smart_replay_benchmarks import benchmark_lib as benchmark  # pylint: disable=g-import-not-at-top
 
   s = settings
   spec = benchmark.data_spec(s['observation_size'])

@@ -25,8 +25,8 @@ from absl import app
 from absl import flags
 import gin
 
-from smart_replay import cli
-from smart_replay import training
+from smart_replay.apps import cli
+from smart_replay.apps import training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('starter_dir', None, 'Starter buffer directory.')

@@ -4,7 +4,7 @@ The public API::
 
     from smart_replay import ReplayBufferManager, TableConfig
 
-Everything else (`smart_replay.specs`, `.tables`, `.server`, `.observer`,
+Everything else (`smart_replay.core.specs`, `.tables`, `.server`, `.observer`,
 `.dataset`, `.checkpoints`, `.manifest`) is importable for advanced use.
 """
 
@@ -31,10 +31,10 @@ from smart_replay.errors import TrajectorySpecError
 from smart_replay.errors import WaitTimeoutError
 from smart_replay.errors import WouldBlockError
 from smart_replay.errors import WriteFailedError
-from smart_replay.dataset import ReplayInfo
+from smart_replay.core.dataset import ReplayInfo
 from smart_replay.manager import ReplayBufferManager
-from smart_replay.observer import TrajectoryObserver
-from smart_replay.tables import TableConfig
+from smart_replay.core.observer import TrajectoryObserver
+from smart_replay.core.tables import TableConfig
 
 __version__ = '0.1.0'
 

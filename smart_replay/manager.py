@@ -8,7 +8,7 @@ step that does not match the spec, never waits without a timeout, and never lets
 Reverb's pruning delete a checkpoint it should keep.
 
 In client mode (`server_address=`) it owns no server: it connects to a
-standalone server (`smart-replay-serve`, see `smart_replay.serve`), checks that
+standalone server (`smart-replay-serve`, see `smart_replay.remote.replay_server`), checks that
 the server's tables match the local spec, and offers the same observers,
 datasets, priorities, stats and checkpoints over the network.
 """
@@ -32,21 +32,21 @@ import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
-from smart_replay import buffer_lock
-from smart_replay import checkpoint_files
-from smart_replay import checkpoint_reader
-from smart_replay import checkpoint_store
-from smart_replay import checkpoints as checkpoints_lib
-from smart_replay import control as control_lib
-from smart_replay import dataset as dataset_lib
+from smart_replay.checkpointing import lock as buffer_lock
+from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.checkpointing import reader as checkpoint_reader
+from smart_replay.checkpointing import store as checkpoint_store
+from smart_replay.checkpointing import layout as checkpoints_lib
+from smart_replay.remote import control as control_lib
+from smart_replay.core import dataset as dataset_lib
 from smart_replay import errors
-from smart_replay import managed_client
-from smart_replay import manifest as manifest_lib
-from smart_replay import observer as observer_lib
-from smart_replay import server as server_lib
-from smart_replay import specs
-from smart_replay import step_validation
-from smart_replay import tables as tables_lib
+from smart_replay.core import replay_buffer as managed_client
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import observer as observer_lib
+from smart_replay.core import local_server as server_lib
+from smart_replay.core import specs
+from smart_replay.core import validation as step_validation
+from smart_replay.core import tables as tables_lib
 
 
 def _max_items(config: tables_lib.TableConfig, steps: int,
@@ -104,7 +104,7 @@ class ReplayBufferManager:
     capacity: items the default table holds (and the default `max_size` of
       every table config without one). Required unless in client mode.
     checkpoint_dir: this buffer's directory; checkpoints are written to
-      `checkpoint_dir/checkpoints/ckpt-N` (see `smart_replay.checkpoints`).
+      `checkpoint_dir/checkpoints/ckpt-N` (see `smart_replay.checkpointing.layout`).
       Required unless in client mode, where the server writes checkpoints to
       its own directory.
     sequence_length: steps per item, >= 1 (default 2).
@@ -1401,7 +1401,7 @@ class ReplayBufferManager:
       raise errors.ManagerStateError(
           'epoch() reads an exact snapshot of the tables on the server\'s '
           'disk; run it where the buffer is served (or export the buffer '
-          'with smart_replay.export and read that).')
+          'with smart_replay.tools.export and read that).')
     config = self._table_config(table_name)
     items = self._snapshot(lambda path: list(
         checkpoint_reader.CheckpointReader(path).items(config.name)),

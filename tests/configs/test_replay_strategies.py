@@ -7,7 +7,7 @@ import gin
 import pytest
 
 import smart_replay
-from tests import conftest
+from tests import testing
 
 CONFIGS = os.path.join(os.path.dirname(__file__), '..', '..', 'configs')
 STRATEGIES = sorted(glob.glob(os.path.join(CONFIGS, 'replay_*.gin')))
@@ -38,7 +38,7 @@ def test_strategy_config_writes_and_samples(path, tmp_path, data_spec):
         manager.check_prefill(1101)
       return
     manager.create_replay_buffer()
-    conftest.run_actor(manager.observer, 300, seed=1)
+    testing.run_actor(manager.observer, 300, seed=1)
     manager.observer.end_episode()
     manager.flush()
     train_step = None

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import smart_replay
-from tests import conftest
+from tests import testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
@@ -23,7 +23,7 @@ def _buffer(tmp_path, data_spec):
       data_spec=data_spec, capacity=400, checkpoint_dir=str(tmp_path / 'b'))
   with manager:
     _, observer = manager.create_replay_buffer()
-    conftest.run_actor(observer, 90)
+    testing.run_actor(observer, 90)
     path = manager.checkpoint()
     items = manager.num_frames()
   return str(tmp_path / 'b'), path, items

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import smart_replay
-from smart_replay import checkpoints
+from smart_replay.checkpointing import layout as checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -195,7 +195,7 @@ def test_saved_policy_run(tmp_path):
   from tf_agents.policies import policy_saver  # pylint: disable=g-import-not-at-top
   from tf_agents.policies import random_tf_policy  # pylint: disable=g-import-not-at-top
   from tf_agents.specs import tensor_spec  # pylint: disable=g-import-not-at-top
-  from smart_replay.envs import factory  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps.envs import factory  # pylint: disable=g-import-not-at-top
   env = factory.make_environment('gym:CartPole-v1')
   policy = random_tf_policy.RandomTFPolicy(
       tensor_spec.from_spec(env.time_step_spec()),

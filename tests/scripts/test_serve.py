@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 
-from smart_replay import specs
-from tests import conftest
-from tests.smart_replay import remote_workers
+from smart_replay.core import specs
+from tests import testing
+from tests.smart_replay.remote import remote_workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
@@ -29,7 +29,7 @@ def test_bad_spec_file_and_missing_capacity_exit_2(tmp_path):
   assert missing.returncode == 2
   assert 'none.pbtxt' in missing.stderr and 'save_spec' in missing.stderr
   spec_file = str(tmp_path / 'spec.pbtxt')
-  specs.save_spec(spec_file, conftest.collect_data_spec(conftest.make_env()))
+  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
   no_capacity = _serve(f'--spec_file={spec_file}',
                        f'--checkpoint_dir={tmp_path}/buffer')
   assert no_capacity.returncode == 2
@@ -38,7 +38,7 @@ def test_bad_spec_file_and_missing_capacity_exit_2(tmp_path):
 
 def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
   spec_file = str(tmp_path / 'spec.pbtxt')
-  specs.save_spec(spec_file, conftest.collect_data_spec(conftest.make_env()))
+  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
   process = subprocess.Popen(
       [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
        f'--checkpoint_dir={tmp_path}/buffer',

@@ -9,12 +9,12 @@ import time
 import pytest
 from tf_agents.policies import random_py_policy
 
-from smart_replay import checkpoints
-from smart_replay import paired_checkpoint
-from smart_replay import populate
-from smart_replay import training
-from smart_replay.envs import factory
-from tests import conftest
+from smart_replay.checkpointing import layout as checkpoints
+from smart_replay.checkpointing import paired as paired_checkpoint
+from smart_replay.apps import populate
+from smart_replay.apps import training
+from smart_replay.apps.envs import factory
+from tests import testing
 
 BIN = os.path.dirname(sys.executable)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -31,7 +31,7 @@ def starter(tmp_path_factory):
 
 
 def test_dqn_on_cartpole_learns(starter, tmp_path):
-  before = conftest.dir_digest(starter)
+  before = testing.dir_digest(starter)
   result = subprocess.run(
       [TRAIN, f'--starter_dir={starter}', f'--run_dir={tmp_path / "run"}',
        '--gin_file=configs/train_dqn_cartpole.gin', '--num_train_steps=3000',
@@ -45,7 +45,7 @@ def test_dqn_on_cartpole_learns(starter, tmp_path):
                                       seed=0), env, 20)
   assert record['train_step'] == 3000
   assert record['greedy_return'] > 3 * random_return, (record, random_return)
-  assert conftest.dir_digest(starter) == before  # The starter is only read.
+  assert testing.dir_digest(starter) == before  # The starter is only read.
 
 
 def test_kill_9_then_resume_continues_from_the_recorded_step(starter,

@@ -13,19 +13,19 @@ import tensorflow as tf
 import tree
 
 import smart_replay
-from smart_replay import checkpoint_files
-from smart_replay import checkpoint_store
-from smart_replay import checkpoints
-from smart_replay import manifest as manifest_lib
-from smart_replay import observer as observer_lib
-from smart_replay import server as server_lib
-from smart_replay import specs
-from smart_replay import tables
-from tests import conftest
+from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.checkpointing import store as checkpoint_store
+from smart_replay.checkpointing import layout as checkpoints
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import observer as observer_lib
+from smart_replay.core import local_server as server_lib
+from smart_replay.core import specs
+from smart_replay.core import tables
+from tests import testing
 
 
 def _write(manager, steps, seed=0):
-  record = conftest.run_actor(manager.observer, steps, seed=seed)
+  record = testing.run_actor(manager.observer, steps, seed=seed)
   manager.flush()
   return record
 
@@ -36,8 +36,8 @@ def test_round_trip_actor_checkpoint_close_load(make_manager, tmp_path):
   manager = make_manager()
   manager.create_replay_buffer()
   record = _write(manager, 200)
-  want_items = conftest.expected_items(record.steps, 2)
-  before = conftest.sample_all_items(manager)
+  want_items = testing.expected_items(record.steps, 2)
+  before = testing.sample_all_items(manager)
   assert len(before) == manager.num_frames() == len(want_items)
   path = manager.checkpoint()
   assert path == str(tmp_path / 'buffer' / 'checkpoints' / 'ckpt-000001')
@@ -46,12 +46,12 @@ def test_round_trip_actor_checkpoint_close_load(make_manager, tmp_path):
   fresh = make_manager()
   replay_buffer, observer = fresh.load_replay_buffer()
   assert fresh.num_frames() == replay_buffer.num_frames() == len(want_items)
-  assert conftest.sample_all_items(fresh) == before  # Same keys, same content.
+  assert testing.sample_all_items(fresh) == before  # Same keys, same content.
   stats = fresh.stats()
   assert stats['env_steps'] == len(record.steps)
   assert stats['episodes'] == sum(bool(s.is_boundary()) for s in record.steps)
   # Writing continues after a load, and counts carry on.
-  conftest.run_actor(observer, 20, seed=3)
+  testing.run_actor(observer, 20, seed=3)
   fresh.flush()
   assert fresh.num_frames() > len(want_items)
 
@@ -60,7 +60,7 @@ def test_counts_mean_what_they_say(make_manager):
   manager = make_manager()
   manager.create_replay_buffer()
   record = _write(manager, 100)
-  items = len(conftest.expected_items(record.steps, 2))
+  items = len(testing.expected_items(record.steps, 2))
   stats = manager.stats()
   table = stats['tables']['experience']
   assert manager.num_frames() == table['items'] == items == table['inserts']
@@ -91,7 +91,7 @@ def test_signature_comes_from_nested_spec_with_policy_info(make_manager):
 
 def test_dataset_feeds_a_tf_agents_learner(tmp_path):
   from tf_agents.train import learner  # pylint: disable=g-import-not-at-top
-  agent, train_step, collect = conftest.cartpole_dqn(steps=100)
+  agent, train_step, collect = testing.cartpole_dqn(steps=100)
   with smart_replay.ReplayBufferManager(
       agent.collect_data_spec, capacity=1000,
       checkpoint_dir=str(tmp_path / 'dqn'), sequence_length=2,
@@ -234,7 +234,7 @@ def test_versions_must_match_unless_allowed(make_manager, saved, caplog):
 def test_training_from_a_starter_leaves_it_untouched(make_manager, saved,
                                                      tmp_path):
   starter_dir = tmp_path / 'buffer'
-  before = conftest.dir_digest(starter_dir)
+  before = testing.dir_digest(starter_dir)
   items = checkpoints.verify(saved)['counts']['tables']['experience']['items']
   run = make_manager(tmp_path / 'run')
   run.load_replay_buffer(str(starter_dir))
@@ -243,7 +243,7 @@ def test_training_from_a_starter_leaves_it_untouched(make_manager, saved,
   run.checkpoint()
   run.checkpoint()
   run.close()
-  assert conftest.dir_digest(starter_dir) == before
+  assert testing.dir_digest(starter_dir) == before
   assert [os.path.basename(p) for p in checkpoints.find_checkpoints(
       str(tmp_path / 'run'))] == ['ckpt-000002', 'ckpt-000001']
   # Loading a starter into a directory that has its own checkpoints refuses.
@@ -258,12 +258,12 @@ def test_failed_overwrite_keeps_the_old_checkpoints(make_manager, saved,
   _write(run, 20, seed=4)
   own = run.checkpoint()
   run.close()
-  before = conftest.dir_digest(tmp_path / 'run')
+  before = testing.dir_digest(tmp_path / 'run')
   # A starter that does not match: the error comes, the run's data stays.
   with pytest.raises(smart_replay.ManifestMismatchError):
     make_manager(tmp_path / 'run', capacity=999).load_replay_buffer(
         str(tmp_path / 'buffer'), overwrite=True)
-  assert conftest.dir_digest(tmp_path / 'run') == before
+  assert testing.dir_digest(tmp_path / 'run') == before
   # A create that cannot start (port in use) puts the old data back too.
   blocker = make_manager(tmp_path / 'other')
   blocker.create_replay_buffer()
@@ -271,7 +271,7 @@ def test_failed_overwrite_keeps_the_old_checkpoints(make_manager, saved,
   with pytest.raises(ValueError, match='already in use'):
     make_manager(tmp_path / 'run', port=port).create_replay_buffer(
         overwrite=True)
-  assert conftest.dir_digest(tmp_path / 'run') == before
+  assert testing.dir_digest(tmp_path / 'run') == before
   assert checkpoints.verify(own)
   # A successful overwrite deletes them.
   make_manager(tmp_path / 'run').create_replay_buffer(overwrite=True)
@@ -354,7 +354,7 @@ def test_counts_are_exact_while_others_write_and_consume(make_manager,
         data_spec=data_spec)
     seed = 10
     while not stop.is_set():
-      conftest.run_actor(remote, 100, seed=seed)
+      testing.run_actor(remote, 100, seed=seed)
       seed += 1
     remote.close()
 
@@ -520,9 +520,9 @@ def test_manager_is_gin_configurable(tmp_path, data_spec):
 def test_epochs_visit_every_item_once_in_shuffled_order(make_manager):
   manager = make_manager(capacity=100)
   _, observer = manager.create_replay_buffer()
-  record = conftest.run_actor(observer, 80, seed=9)
-  want = sorted(conftest.item_fingerprint(i)
-                for i in conftest.expected_items(record.steps, 2))
+  record = testing.run_actor(observer, 80, seed=9)
+  want = sorted(testing.item_fingerprint(i)
+                for i in testing.expected_items(record.steps, 2))
   assert manager.num_batches(16) == -(-len(want) // 16)
   assert manager.num_batches(16, drop_remainder=True) == len(want) // 16
   orders = []
@@ -530,7 +530,7 @@ def test_epochs_visit_every_item_once_in_shuffled_order(make_manager):
     seen, keys = [], []
     for trajectory, batch_keys in manager.epoch(16, seed=seed):
       assert trajectory.reward.shape[1] == 2
-      seen += [conftest.item_fingerprint(tree.map_structure(
+      seen += [testing.item_fingerprint(tree.map_structure(
           lambda x, b=b: x[b], trajectory)) for b in range(len(batch_keys))]
       keys += batch_keys.tolist()
     assert sorted(seen) == want and len(set(keys)) == len(want)
@@ -548,7 +548,7 @@ def test_epoch_checks_eagerly(make_manager):
       smart_replay.TableConfig(), smart_replay.TableConfig(
           name='episodes', kind='episode', episode_length=30)])
   _, observer = manager.create_replay_buffer()
-  conftest.run_actor(observer, 60, seed=4)
+  testing.run_actor(observer, 60, seed=4)
   with pytest.raises(ValueError, match='batch_size'):
     manager.epoch(0)  # At the call, not at the first batch.
   with pytest.raises(ValueError, match='lengths'):

@@ -11,12 +11,12 @@ import pytest
 import tensorflow as tf
 
 import smart_replay
-from smart_replay import populate
-from smart_replay.envs import factory as env_factory
-from smart_replay.policies import factory as policy_factory
-from smart_replay import tables
-from smart_replay import training
-from tests import conftest
+from smart_replay.apps import populate
+from smart_replay.apps.envs import factory as env_factory
+from smart_replay.apps.policies import factory as policy_factory
+from smart_replay.core import tables
+from smart_replay.apps import training
+from tests import testing
 
 
 def _prioritized(**kwargs):
@@ -27,7 +27,7 @@ def _prioritized(**kwargs):
 def _filled(make_manager, steps=60, seed=0, **kwargs):
   manager = make_manager(**kwargs)
   manager.create_replay_buffer()
-  record = conftest.run_actor(manager.observer, steps, seed=seed)
+  record = testing.run_actor(manager.observer, steps, seed=seed)
   manager.flush()
   return manager, record
 
@@ -123,7 +123,7 @@ def test_update_priorities_in_graph_and_new_items_get_the_max(make_manager):
          tf.constant(np.full(len(keys), 7.0), tf.float64))
   assert manager.stats()['tables']['prioritized']['max_priority'] == \
       pytest.approx(7.0 + 1e-6)
-  conftest.run_actor(manager.observer, 20, seed=9)
+  testing.run_actor(manager.observer, 20, seed=9)
   manager.flush()
   new = [k for k in _keys(manager, 'prioritized') if k not in keys]
   assert new
@@ -167,7 +167,7 @@ def test_update_priorities_rejects_mistakes(make_manager):
 
 def test_learner_updates_priorities_with_weighted_loss(tmp_path):
   from tf_agents.train import learner  # pylint: disable=g-import-not-at-top
-  agent, train_step, collect = conftest.cartpole_dqn(steps=200)
+  agent, train_step, collect = testing.cartpole_dqn(steps=200)
   with smart_replay.ReplayBufferManager(
       agent.collect_data_spec, capacity=1000,
       checkpoint_dir=str(tmp_path / 'dqn'), sample_timeout_s=10,
@@ -199,9 +199,9 @@ def test_queue_yields_each_item_exactly_once_in_order(make_manager, sampler):
   manager, record = _filled(make_manager, steps=150, table_configs=[
       tables.TableConfig(name='queue', sampler=sampler, max_times_sampled=1,
                          block_inserts_when_full=True)])
-  want = [conftest.item_fingerprint(i)
-          for i in conftest.expected_items(record.steps, 2)]
-  got, infos = conftest.read_all_items(manager, 'queue', batch_size=7)
+  want = [testing.item_fingerprint(i)
+          for i in testing.expected_items(record.steps, 2)]
+  got, infos = testing.read_all_items(manager, 'queue', batch_size=7)
   assert got == (want if sampler == 'fifo' else want[::-1])
   keys = [key for key, _ in infos]
   assert len(keys) == len(set(keys)) == len(want)
@@ -214,7 +214,7 @@ def test_full_queue_blocks_writers_instead_of_evicting(make_manager):
                          block_inserts_when_full=True)])
   manager.create_replay_buffer()
   with pytest.raises(smart_replay.WaitTimeoutError, match='rate limiter'):
-    conftest.run_actor(manager.observer, 40)
+    testing.run_actor(manager.observer, 40)
     manager.flush()
   state = manager.stats()['tables']['queue']
   assert state['items'] == 5 and state['rate_limiter']['can_insert'] is False
@@ -236,7 +236,7 @@ def test_ratio_limiter_holds_the_ratio_within_its_error_buffer(make_manager):
 
   def write():
     try:
-      conftest.run_actor(manager.observer, 300, seed=4)
+      testing.run_actor(manager.observer, 300, seed=4)
       manager.flush()
     except Exception as e:  # pylint: disable=broad-except
       failures.append(e)
@@ -278,7 +278,7 @@ def test_stats_show_blocked_limiter_and_for_how_long(make_manager):
   assert state['can_insert'] and not state['can_sample']  # Empty table.
   assert state['inserts_before_blocking'] == 5
   with pytest.raises(smart_replay.WaitTimeoutError):
-    conftest.run_actor(manager.observer, 30)
+    testing.run_actor(manager.observer, 30)
     manager.flush()
   first = manager.stats()['tables']['experience']['rate_limiter']
   second = manager.stats()['tables']['experience']['rate_limiter']
@@ -361,7 +361,7 @@ def test_populate_rejects_a_blocking_limiter_and_trains_with_a_covering_one(
       for _ in range(3):
         next(iterator)
       env = env_factory.make_environment('thermal', seed=round_)
-      conftest.run_actor(manager.observer, 20, env=env,
+      testing.run_actor(manager.observer, 20, env=env,
                          policy=policy_factory.make_policy('baseline', env=env))
       manager.flush()
     state = manager.stats()['tables']['experience']['rate_limiter']

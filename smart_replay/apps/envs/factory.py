@@ -1,0 +1,45 @@
+"""Building environments by name: 'thermal' or 'gym:<id>'."""
+
+import gin
+from tf_agents.environments import py_environment
+
+from smart_replay.apps.envs import thermal
+
+THERMAL = 'thermal'
+GYM_PREFIX = 'gym:'
+
+
+@gin.configurable
+def make_environment(name: str = THERMAL, *, seed: int = 0
+                     ) -> py_environment.PyEnvironment:
+  """Creates the environment a buffer is populated from.
+
+  Args:
+    name: 'thermal' for the embedded `ThermalZoneEnv`, or 'gym:<id>' for a
+      Gym environment loaded with `tf_agents.environments.suite_gym` (e.g.
+      'gym:CartPole-v1').
+    seed: environment seed.
+
+  Returns:
+    A TF-Agents `PyEnvironment` (unbatched).
+
+  Raises:
+    ValueError: if `name` is neither form, or the Gym id is not registered;
+      the message names it and what is accepted.
+  """
+  if name == THERMAL:
+    return thermal.ThermalZoneEnv(seed=seed)
+  if isinstance(name, str) and name.startswith(GYM_PREFIX):
+    gym_id = name[len(GYM_PREFIX):]
+    import gym  # pylint: disable=g-import-not-at-top
+    from tf_agents.environments import suite_gym  # pylint: disable=g-import-not-at-top
+    try:
+      gym.spec(gym_id)
+    except gym.error.Error as e:
+      raise ValueError(f'unknown Gym environment id {gym_id!r} in env '
+                       f'{name!r} ({e}).') from None
+    env = suite_gym.load(gym_id)
+    env.seed(seed)
+    return env
+  raise ValueError(f'unknown env {name!r}; expected {THERMAL!r} or '
+                   f"'{GYM_PREFIX}<id>' (e.g. 'gym:CartPole-v1').")

@@ -1,0 +1,375 @@
+"""Training an agent from a starter buffer, resumable after a crash.
+
+`train_from_starter` reads the starter buffer's manifest (spec, capacity,
+sequence length) and provenance (environment) instead of guessing them, checks
+that the agent's `collect_data_spec` matches the starter's spec, copies the
+starter into the run's own buffer (the starter is only read), and trains with a
+`tf_agents.train.Actor` and `Learner`. A `PairedCheckpointer` saves the agent
+and the buffer at the same train steps, so `resume=True` continues from a
+matching pair.
+
+Run layout::
+
+    <run_dir>/buffer/   the run's replay buffer (checkpoints with train_step)
+    <run_dir>/agent/    agent checkpoints ckpt-<train_step>
+    <run_dir>/train/    TensorBoard summaries: the agent's and buffer/*
+"""
+
+import dataclasses
+import os
+import time
+from typing import Callable, Optional
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+from tf_agents.metrics import py_metrics
+from tf_agents.policies import py_tf_eager_policy
+from tf_agents.train import actor
+from tf_agents.train import learner
+from tf_agents.train.utils import train_utils
+
+from smart_replay.apps import agents
+from smart_replay import errors
+from smart_replay import manager as manager_lib
+from smart_replay.checkpointing import paired as paired_checkpoint
+from smart_replay.apps import populate
+from smart_replay.core import specs
+from smart_replay.apps.envs import factory as env_factory
+
+BUFFER_DIR = 'buffer'
+AGENT_DIR = 'agent'
+SUMMARY_DIR = 'train'
+
+
+@dataclasses.dataclass
+class TrainResult:
+  """What a training call did.
+
+  Attributes:
+    run_dir: the run directory.
+    train_step: the train step reached.
+    resumed_from: the train step of the pair resumed from, or None.
+    items_at_start: buffer items after loading (starter or resumed pair).
+    items_collected: items the run's actor wrote in this session.
+    items: buffer items at the end.
+    greedy_return: mean return of the greedy policy on the evaluation
+      episodes (None if `eval_episodes` is 0).
+    checkpoint: the last saved pair.
+    interrupted: True if a stop was requested before the target step.
+  """
+  run_dir: str
+  train_step: int
+  resumed_from: Optional[int]
+  items_at_start: int
+  items_collected: int
+  items: int
+  greedy_return: Optional[float]
+  checkpoint: paired_checkpoint.Pair
+  interrupted: bool
+
+
+class BufferSummaries:
+  """A Learner trigger writing the buffer's stats as TensorBoard scalars.
+
+  Args:
+    manager: the started buffer manager.
+    summary_dir: where the event file goes (beside the agent's summaries).
+    interval: train steps between summaries.
+  """
+
+  def __init__(self, manager: manager_lib.ReplayBufferManager,
+               summary_dir: str, interval: int):
+    self._manager = manager
+    self._writer = tf.summary.create_file_writer(summary_dir)
+    self._interval = interval
+    self._last = None
+
+  def __call__(self, train_step: int, force_trigger: bool = False) -> None:
+    """Writes buffer/{items,inserts,samples,episodes,env_steps} at a step.
+
+    Args:
+      train_step: the current train step.
+      force_trigger: write regardless of the interval.
+    """
+    if not force_trigger and self._last is not None and (
+        train_step - self._last < self._interval):
+      return
+    self._last = train_step
+    stats = self._manager.stats()
+    table = next(iter(stats['tables'].values()))
+    with self._writer.as_default():
+      for name in ('items', 'inserts', 'samples', 'episodes'):
+        tf.summary.scalar(f'buffer/{name}', table[name], step=train_step)
+      tf.summary.scalar('buffer/env_steps', stats['env_steps'],
+                        step=train_step)
+    self._writer.flush()
+
+
+def _starter_env(starter_dir: str) -> str:
+  try:
+    return populate.read_provenance(starter_dir)['env']
+  except (OSError, ValueError, KeyError) as e:
+    raise ValueError(
+        f'cannot tell which environment {starter_dir} was collected in: its '
+        f'{populate.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
+        'env= explicitly.') from None
+
+
+def greedy_return(policy, env, episodes: int) -> float:
+  """Mean undiscounted return of `policy` over `episodes` episodes.
+
+  Args:
+    policy: a py policy (e.g. `PyTFEagerPolicy(agent.policy)`).
+    env: a py environment.
+    episodes: how many episodes.
+
+  Returns:
+    The mean return.
+  """
+  returns = []
+  for _ in range(episodes):
+    time_step, total = env.reset(), 0.0
+    state = policy.get_initial_state()
+    while not time_step.is_last():
+      step = policy.action(time_step, state)
+      state = step.state
+      time_step = env.step(step.action)
+      total += float(time_step.reward)
+    returns.append(total)
+  return float(np.mean(returns))
+
+
+@gin.configurable(denylist=['stop_requested'])
+def train_from_starter(
+    *, starter_dir: str, run_dir: str, agent: str = 'auto',
+    env: Optional[str] = None, num_train_steps: int = 2000,
+    collect_steps_per_iteration: int = 100,
+    train_steps_per_iteration: int = 100, batch_size: int = 64,
+    checkpoint_every: int = 500, resume: bool = False,
+    overwrite: bool = False, seed: int = 0, eval_episodes: int = 5,
+    log_every_s: float = 10.0,
+    stop_requested: Optional[Callable[[], bool]] = None) -> TrainResult:
+  """Trains an agent from a starter buffer; resumable from a matching pair.
+
+  Args:
+    starter_dir: a starter buffer (from the populate command); only read.
+    run_dir: this run's directory (see module docstring).
+    agent: 'auto', 'dqn' or 'sac' (see `agents.make_agent`).
+    env: environment name; default the one in the starter's provenance.
+    num_train_steps: train step to reach.
+    collect_steps_per_iteration: actor steps between training phases.
+    train_steps_per_iteration: learner steps per training phase.
+    batch_size: training batch size.
+    checkpoint_every: train steps between paired checkpoints.
+    resume: continue `run_dir` from its newest agent/buffer pair.
+    overwrite: replace an existing run instead of refusing.
+    seed: environment and TF seed.
+    eval_episodes: greedy evaluation episodes at the end (0 to skip).
+    log_every_s: seconds between progress log lines.
+    stop_requested: polled between iterations; True stops after a final
+      checkpoint.
+
+  Returns:
+    A `TrainResult`.
+
+  Raises:
+    ValueError: on a bad argument, or if the starter's sequence length does
+      not give the 2-step transitions DQN and SAC train on.
+    WouldBlockError: if the starter has a samples_per_insert or queue
+      limiter (the alternating loop would stall on it).
+    ManifestMismatchError: if the starter's spec does not match the agent's
+      `collect_data_spec` (lists each difference).
+    CheckpointExistsError: if `run_dir` has checkpoints and neither `resume`
+      nor `overwrite` is set.
+    CheckpointNotFoundError: if `resume` finds checkpoints but no pair.
+  """
+  for name, value in (('num_train_steps', num_train_steps),
+                      ('collect_steps_per_iteration',
+                       collect_steps_per_iteration),
+                      ('train_steps_per_iteration', train_steps_per_iteration),
+                      ('batch_size', batch_size),
+                      ('checkpoint_every', checkpoint_every)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+  if resume and overwrite:
+    raise ValueError('resume and overwrite exclude each other.')
+  run_dir = os.path.abspath(run_dir)
+  buffer_dir = os.path.join(run_dir, BUFFER_DIR)
+  agent_dir = os.path.join(run_dir, AGENT_DIR)
+  tf.random.set_seed(seed)
+
+  # Everything about the buffer comes from the starter's manifest.
+  manager = manager_lib.ReplayBufferManager.from_checkpoint(
+      starter_dir, checkpoint_dir=buffer_dir)
+  env_name = env or _starter_env(starter_dir)
+  environment = env_factory.make_environment(env_name, seed=seed)
+  train_step = train_utils.create_train_step()
+  tf_agent = agents.make_agent(agent, time_step_spec=environment.time_step_spec(),
+                               action_spec=environment.action_spec(),
+                               train_step=train_step)
+  _check_spec(starter_dir, manager.data_spec, tf_agent.collect_data_spec)
+  _check_no_ratio_limiter(starter_dir, manager.table_configs,
+                          collect_steps_per_iteration,
+                          train_steps_per_iteration * batch_size)
+  sequence_length = manager.sequence_length
+  if sequence_length % 2:
+    raise ValueError(
+        f'the starter {starter_dir} has sequence_length={sequence_length}; '
+        'DQN and SAC train on 2-step transitions, so it must be even.')
+
+  with manager:
+    pair = None
+    if resume:
+      pair = _load_newest_usable_pair(manager, buffer_dir, agent_dir)
+      if pair is None:
+        logging.warning('resume: %s has no checkpoints yet; starting from the '
+                        'starter buffer.', run_dir)
+    elif (manager.existing_checkpoints() or
+          paired_checkpoint.agent_checkpoints(agent_dir)) and not overwrite:
+      raise errors.CheckpointExistsError(
+          f'{run_dir} already holds a run; pass --resume to continue it or '
+          '--overwrite to start again.')
+    if pair is None:
+      manager.load_replay_buffer(starter_dir, overwrite=overwrite)
+      # Only once the new buffer is up. The Learner restores from its own
+      # train/checkpoints when built, so the old run's must go too.
+      for old in (agent_dir, os.path.join(run_dir, SUMMARY_DIR)):
+        if overwrite and tf.io.gfile.exists(old):
+          tf.io.gfile.rmtree(old)
+    paired = paired_checkpoint.PairedCheckpointer(
+        manager, agent_dir=agent_dir, train_step=train_step,
+        interval=checkpoint_every, agent=tf_agent)
+    items_at_start = manager.num_frames()
+    observer = manager.observer
+    collected_before = observer.num_items
+
+    summary_dir = os.path.join(run_dir, SUMMARY_DIR)
+    average_return = py_metrics.AverageReturnMetric(buffer_size=10)
+    collect = actor.Actor(
+        environment,
+        py_tf_eager_policy.PyTFEagerPolicy(tf_agent.collect_policy,
+                                           use_tf_function=True),
+        train_step, steps_per_run=collect_steps_per_iteration,
+        observers=[observer, average_return])
+    buffer_summaries = BufferSummaries(manager, summary_dir,
+                                       interval=train_steps_per_iteration)
+    trainer = learner.Learner(
+        run_dir, train_step, tf_agent,
+        experience_dataset_fn=lambda: manager.get_dataset(
+            batch_size=batch_size, num_steps=2),
+        checkpoint_interval=-1,  # The PairedCheckpointer saves the agent.
+        triggers=[paired, buffer_summaries],
+        summary_interval=train_steps_per_iteration)
+    if pair:
+      # After the Learner: its constructor's agent.initialize() copies the
+      # online networks over the target networks.
+      paired.restore_agent(pair)
+      paired.set_start(pair.train_step)
+      logging.info('Resumed %s at train step %d with %d buffer items.',
+                   run_dir, pair.train_step, manager.num_frames())
+
+    interrupted = False
+    started, start_step = time.monotonic(), int(train_step.numpy())
+    last_log = started
+    while int(train_step.numpy()) < num_train_steps:
+      if stop_requested is not None and stop_requested():
+        interrupted = True
+        break
+      collect.run()
+      remaining = num_train_steps - int(train_step.numpy())
+      loss = trainer.run(iterations=min(train_steps_per_iteration, remaining))
+      now = time.monotonic()
+      if now - last_log >= log_every_s or int(
+          train_step.numpy()) >= num_train_steps:
+        last_log = now
+        step = int(train_step.numpy())
+        logging.info(
+            'train step %d/%d, %.1f train steps/s, buffer %d items, recent '
+            'return %.2f, loss %.4f', step, num_train_steps,
+            (step - start_step) / max(now - started, 1e-9),
+            manager.num_frames(), float(average_return.result()),
+            float(loss.loss))
+    last = paired.save()
+    buffer_summaries(int(train_step.numpy()), force_trigger=True)
+    greedy = None
+    if eval_episodes:
+      eval_env = env_factory.make_environment(env_name, seed=seed + 1)
+      greedy = greedy_return(
+          py_tf_eager_policy.PyTFEagerPolicy(tf_agent.policy,
+                                             use_tf_function=True),
+          eval_env, eval_episodes)
+      logging.info('Greedy return over %d episodes: %.2f', eval_episodes,
+                   greedy)
+    result = TrainResult(
+        run_dir=run_dir, train_step=int(train_step.numpy()),
+        resumed_from=pair.train_step if pair else None,
+        items_at_start=items_at_start,
+        items_collected=observer.num_items - collected_before,
+        items=manager.num_frames(), greedy_return=greedy, checkpoint=last,
+        interrupted=interrupted)
+  return result
+
+
+def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
+  """Loads the buffer of the newest pair that verifies; sets newer ones aside.
+
+  Returns:
+    The `Pair` whose buffer is loaded, or None if the run has no checkpoint.
+  """
+  newest = paired_checkpoint.newest_pair(buffer_dir, agent_dir)
+  if newest is None:
+    return None
+  problems = []
+  for pair in paired_checkpoint.find_pairs(buffer_dir, agent_dir):
+    try:
+      manager.load_replay_buffer(pair.buffer_checkpoint)
+    except errors.CheckpointCorruptError as e:
+      problems.append(str(e))
+      logging.warning('Pair at train step %d is unusable: %s', pair.train_step,
+                      e)
+      continue
+    paired_checkpoint.set_aside_newer_than(pair, buffer_dir, agent_dir)
+    return pair
+  raise errors.CheckpointCorruptError(
+      f'no usable agent/buffer pair in {buffer_dir}: ' + ' | '.join(problems))
+
+
+def _check_no_ratio_limiter(starter_dir, table_configs, collect_steps,
+                            samples) -> None:
+  """Raises WouldBlockError for limiters this alternating loop would stall.
+
+  The loop collects, then trains, in turns: nothing samples while the actor
+  runs and nothing inserts while the learner runs, and the loop itself fixes
+  the ratio (`samples` per `collect_steps` steps). A samples_per_insert or
+  queue limiter on top drifts against it (an episode's steps make fewer items
+  than steps) until one side waits for the other, which never comes.
+  """
+  limited = [(c.name, c.samples_per_insert) for c in table_configs
+             if c.samples_per_insert is not None or c.block_inserts_when_full]
+  if limited:
+    raise errors.WouldBlockError(
+        f'the starter {starter_dir} has rate-limited tables {limited} '
+        '(samples_per_insert or block_inserts_when_full). train_from_starter '
+        'alternates collecting and training, which already fixes the ratio '
+        f'at {samples} samples per {collect_steps} collected steps; a Reverb '
+        'ratio limiter on top would drift until the actor or the learner '
+        'waits forever for the other. Populate the starter with '
+        'samples_per_insert=None, or run the actor and the learner '
+        'concurrently (ratio limiting is meant for that).')
+
+
+def _check_spec(starter_dir, starter_spec, agent_spec) -> None:
+  """Raises ManifestMismatchError if the starter cannot feed the agent.
+
+  Dtypes and shapes must match everywhere; bounds only for the action (DQN
+  sizes its Q-head from them).
+  """
+  diffs = specs.diff_specs(starter_spec, agent_spec, bounds_for=('action',))
+  if diffs:
+    raise errors.ManifestMismatchError(
+        f'the starter buffer {starter_dir} does not match the agent\'s '
+        f'collect_data_spec ({len(diffs)} difference(s)):\n'
+        + '\n'.join(f'  {field}: starter {a}, agent {b}'
+                    for field, a, b in diffs), diffs)

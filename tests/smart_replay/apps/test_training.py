@@ -1,0 +1,137 @@
+"""Tests for smart_replay.apps.training (the library function)."""
+
+import glob
+import os
+
+import pytest
+import tensorflow as tf
+from tf_agents.policies import policy_saver
+from tf_agents.policies import random_tf_policy
+from tf_agents.specs import tensor_spec
+
+import smart_replay
+from smart_replay.checkpointing import layout as checkpoints
+from smart_replay.apps import populate
+from smart_replay.apps import training
+from smart_replay.apps.envs import factory
+from tests import testing
+
+
+@pytest.fixture(scope='module')
+def cartpole_starter(tmp_path_factory):
+  return populate.populate_starter_buffer(
+      buffer_name='cp', output_dir=str(tmp_path_factory.mktemp('starters')),
+      env='gym:CartPole-v1', policy='random', steps_per_run=500, num_runs=2,
+      show_progress=False).buffer_dir
+
+
+def _train(starter, run_dir, **kwargs):
+  kwargs.setdefault('num_train_steps', 200)
+  kwargs.setdefault('collect_steps_per_iteration', 50)
+  kwargs.setdefault('train_steps_per_iteration', 50)
+  kwargs.setdefault('checkpoint_every', 100)
+  kwargs.setdefault('eval_episodes', 0)
+  return training.train_from_starter(starter_dir=starter, run_dir=str(run_dir),
+                                     **kwargs)
+
+
+def test_sac_on_thermal_leaves_the_starter_untouched(tmp_path):
+  starter = populate.populate_starter_buffer(
+      buffer_name='office', output_dir=str(tmp_path / 'starters'),
+      num_runs=1, show_progress=False)
+  before = testing.dir_digest(starter.buffer_dir)
+  result = _train(starter.buffer_dir, tmp_path / 'run', agent='sac',
+                  batch_size=32, eval_episodes=1)
+  assert testing.dir_digest(starter.buffer_dir) == before
+  assert result.train_step == 200 and result.items_at_start == starter.items
+  assert result.items == starter.items + result.items_collected
+  assert result.greedy_return < 0  # A cost; finite.
+  # Buffer stats sit beside the agent's summaries.
+  tags = set()
+  for path in glob.glob(str(tmp_path / 'run' / 'train' / 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(v.tag for v in event.summary.value)
+  assert {'buffer/items', 'buffer/inserts', 'buffer/samples',
+          'buffer/episodes'} <= tags
+
+
+def test_starter_that_does_not_fit_the_agent_lists_differences(tmp_path):
+  env = factory.make_environment('gym:CartPole-v1')
+  policy = random_tf_policy.RandomTFPolicy(
+      tensor_spec.from_spec(env.time_step_spec()),
+      tensor_spec.from_spec(env.action_spec()), emit_log_probability=True)
+  policy_saver.PolicySaver(policy).save(str(tmp_path / 'policy'))
+  starter = populate.populate_starter_buffer(
+      buffer_name='info', output_dir=str(tmp_path), env='gym:CartPole-v1',
+      policy=f'saved:{tmp_path / "policy"}', steps_per_run=50, num_runs=1,
+      show_progress=False)
+  with pytest.raises(smart_replay.ManifestMismatchError) as raised:
+    _train(starter.buffer_dir, tmp_path / 'run', agent='dqn')
+  assert raised.value.differences == [
+      ('data_spec/policy_info/log_probability', 'float32[]', '<missing>')]
+  assert 'policy_info/log_probability: starter float32[], agent <missing>' in (
+      str(raised.value))
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_existing_run_is_refused(cartpole_starter, tmp_path):
+  _train(cartpole_starter, tmp_path / 'run', num_train_steps=50)
+  with pytest.raises(smart_replay.CheckpointExistsError, match='--resume'):
+    _train(cartpole_starter, tmp_path / 'run', num_train_steps=50)
+  again = _train(cartpole_starter, tmp_path / 'run', num_train_steps=50,
+                 overwrite=True)
+  assert again.resumed_from is None and again.train_step == 50
+
+
+def test_interrupt_then_resume_continues_from_the_pair(cartpole_starter,
+                                                       tmp_path):
+  polls = {'n': 0}
+
+  def stop_after_three_iterations():
+    polls['n'] += 1
+    return polls['n'] > 3
+
+  first = _train(cartpole_starter, tmp_path / 'run', num_train_steps=400,
+                 stop_requested=stop_after_three_iterations)
+  assert first.interrupted and first.train_step == 150
+  assert first.checkpoint.train_step == 150
+  saved_items = checkpoints.verify(first.checkpoint.buffer_checkpoint)[
+      'counts']['tables']['experience']['items']
+  resumed = _train(cartpole_starter, tmp_path / 'run', num_train_steps=400,
+                   resume=True)
+  assert resumed.resumed_from == 150 and resumed.train_step == 400
+  assert resumed.items_at_start == saved_items
+  assert resumed.items == saved_items + resumed.items_collected
+
+
+def test_resume_keeps_the_target_network(cartpole_starter, tmp_path):
+  first = _train(cartpole_starter, tmp_path / 'run', num_train_steps=150)
+  path = first.checkpoint.agent_checkpoint
+  reader = tf.train.load_checkpoint(path)
+  targets = {name: reader.get_tensor(name)
+             for name in reader.get_variable_to_shape_map()
+             if '_target_q_network' in name and 'OPTIMIZER' not in name}
+  assert targets
+  online = {name.replace('_target_q_network', '_q_network'): value
+            for name, value in targets.items()}
+  assert any((reader.get_tensor(n) != v).any() for n, v in online.items()
+             if n in reader.get_variable_to_shape_map())
+  # Resume without training: the final save must hold the same targets
+  # (the Learner's constructor re-initializes them if restored too early).
+  _train(cartpole_starter, tmp_path / 'run', num_train_steps=150,
+         resume=True)
+  again = tf.train.load_checkpoint(path)
+  for name, value in targets.items():
+    assert (again.get_tensor(name) == value).all(), name
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    ({'num_train_steps': 0}, 'num_train_steps must be a positive integer'),
+    ({'batch_size': -1}, 'batch_size'),
+    ({'resume': True, 'overwrite': True}, 'exclude each other'),
+    ({'agent': 'ppo'}, "unknown agent 'ppo'"),
+    ({'agent': 'sac'}, "'sac' needs a continuous action"),
+])
+def test_bad_arguments(cartpole_starter, tmp_path, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    _train(cartpole_starter, tmp_path / 'run', **kwargs)

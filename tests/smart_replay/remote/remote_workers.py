@@ -1,0 +1,121 @@
+"""Processes of the multi-process tests: actors and learners.
+
+Each function runs in a process started with multiprocessing's `spawn`
+method, builds its own client-mode `ReplayBufferManager`, and reports
+through a queue. Kept apart from the tests so spawned children import
+only this module.
+"""
+
+import os
+import signal
+import socket
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
+
+import smart_replay
+from tests import testing
+
+SEQUENCE_LENGTH = 2
+
+
+def free_port_pair():
+  """A port P such that P and P + 1 (the control port) are free."""
+  for _ in range(50):
+    with socket.socket() as probe:
+      probe.bind(('localhost', 0))
+      port = probe.getsockname()[1]
+    if port < 65535:
+      with socket.socket() as probe:
+        try:
+          probe.bind(('localhost', port + 1))
+        except OSError:
+          continue
+      return port
+  raise RuntimeError('no free port pair')
+
+
+def data_spec():
+  """The spec every process of a test shares (a real TF-Agents spec)."""
+  return testing.collect_data_spec(testing.make_env())
+
+
+def client(address, **kwargs):
+  """A connected client-mode manager; returns `(manager, observer)`."""
+  kwargs.setdefault('write_timeout_s', 10.0)
+  kwargs.setdefault('sample_timeout_s', 10.0)
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec(), server_address=address, **kwargs)
+  _, observer = manager.connect()
+  return manager, observer
+
+
+def write_steps(address, seed, steps, results):
+  """An actor: a real TF-Agents Actor writing `steps` steps, then flushing.
+
+  Reports `(seed, fingerprints of the items it should have stored, counters
+  with the number of steps the Actor produced)`.
+  """
+  manager, observer = client(address)
+  record = testing.run_actor(observer, steps, seed=seed)
+  observer.flush()
+  items = testing.expected_items(record.steps, SEQUENCE_LENGTH)
+  counters = dict(observer.counters(), recorded_steps=len(record.steps))
+  results.put((seed, [testing.item_fingerprint(i) for i in items], counters))
+  manager.close()
+
+
+def write_until_killed(address, seed, started):
+  """An actor that writes forever; sets `started` once items are stored."""
+  manager, observer = client(address)
+  env = testing.make_env(seed, max_duration=1000)
+  policy = testing.make_policy(env, seed)
+  time_step = env.reset()
+  written = 0
+  while True:  # Killed by the test, mid-episode.
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    observer(trajectory.from_transition(time_step, action, next_time_step))
+    time_step = next_time_step
+    written += 1
+    if written == 200:
+      observer.flush()
+      started.set()
+  del manager
+
+
+def sample_everything(address, expected_items, results):
+  """A learner: waits for `expected_items`, samples every item, reports.
+
+  Reports `(num_frames, {key: fingerprint}, checkpoint path)`; the
+  checkpoint is asked of the server through client mode.
+  """
+  manager, _ = client(address)
+  size = manager.num_frames()
+  seen = testing.sample_all_items(manager, batch_size=64)
+  path = manager.checkpoint(extra={'learner': 'done'})
+  results.put((size, seen, path))
+  manager.close()
+
+
+def phased_actor(address, seed, go, results, phases=2, steps=150):
+  """Writes `steps` steps and flushes, `phases` times, waiting for `go`
+  between phases; reports its counters after each phase."""
+  manager, observer = client(address, reconnect_timeout_s=60.0)
+  env = testing.make_env(seed)
+  policy = testing.make_policy(env, seed)
+  for phase in range(phases):
+    if phase:
+      go.wait(120)
+      go.clear()
+    testing.run_actor(observer, steps, env=env, policy=policy)
+    observer.flush()
+    results.put((phase, observer.counters()))
+  manager.close()
+
+
+def kill(process):
+  """kill -9 and reap."""
+  os.kill(process.pid, signal.SIGKILL)
+  process.join(30)

@@ -1,0 +1,383 @@
+"""Real processes on loopback: one server, spawned actors and a learner.
+
+The server is the `smart-replay-serve` binary (or a `ReplayServer` in a
+spawned process); actors and learners are client-mode managers in processes
+started with multiprocessing's `spawn` method.
+"""
+
+import json
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import smart_replay
+from smart_replay.remote import serving_record
+from smart_replay.core import specs
+from tests import testing
+from tests.smart_replay.remote import remote_workers
+
+ROOT = testing.ROOT
+SPAWN = multiprocessing.get_context('spawn')
+
+
+class ServeProcess:
+  """`smart-replay-serve` in a subprocess; its log is read on demand."""
+
+  def __init__(self, tmp_path, checkpoint_dir, port, *bindings):
+    spec_file = str(tmp_path / 'spec.pbtxt')
+    if not os.path.exists(spec_file):
+      specs.save_spec(spec_file, remote_workers.data_spec())
+    self.log_path = str(tmp_path / f'serve-{time.monotonic_ns()}.log')
+    self._log = open(self.log_path, 'w')
+    self.process = subprocess.Popen(
+        [sys.executable, '-m', 'smart_replay_scripts.serve',
+         f'--spec_file={spec_file}', f'--checkpoint_dir={checkpoint_dir}',
+         f'--port={port}',
+         '--gin_bindings=ReplayBufferManager.capacity=100000',
+         '--gin_bindings=ReplayServer.log_every_s=1.0'] +
+        [f'--gin_bindings={b}' for b in bindings],
+        stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    self.port = port
+    self.address = f'localhost:{port}'
+    self.wait_for('Serving ', 120)
+
+  def log(self):
+    with open(self.log_path) as f:
+      return f.read()
+
+  def wait_for(self, text, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+      if text in self.log():
+        return
+      if self.process.poll() is not None:
+        raise AssertionError(f'server exited {self.process.returncode}:\n'
+                             f'{self.log()[-3000:]}')
+      time.sleep(0.2)
+    raise AssertionError(f'no {text!r} in the server log within {timeout_s} '
+                         f's:\n{self.log()[-3000:]}')
+
+  def stop(self, sig=signal.SIGTERM, timeout_s=120):
+    if self.process.poll() is None:
+      self.process.send_signal(sig)
+    code = self.process.wait(timeout_s)
+    self._log.close()
+    return code
+
+
+@pytest.fixture
+def served(tmp_path):
+  servers = []
+
+  def start(*bindings, checkpoint_dir=None, port=None):
+    server = ServeProcess(tmp_path, checkpoint_dir or str(tmp_path / 'buffer'),
+                          port or remote_workers.free_port_pair(), *bindings)
+    servers.append(server)
+    return server
+
+  yield start
+  for server in servers:
+    if server.process.poll() is None:
+      server.stop(signal.SIGKILL)
+
+
+def _wait_until(condition, what, timeout_s=60):
+  deadline = time.monotonic() + timeout_s
+  while not condition():
+    if time.monotonic() > deadline:
+      raise AssertionError(f'timed out after {timeout_s} s waiting for {what}')
+    time.sleep(0.05)
+
+
+def _flushed(observer):
+  """Flushes `observer`; False if the server took longer than its timeout."""
+  try:
+    observer.flush()
+  except smart_replay.ServerUnavailableError:
+    raise
+  except smart_replay.WaitTimeoutError:
+    return False
+  return True
+
+
+def _start(target, *args):
+  process = SPAWN.Process(target=target, args=args, daemon=True)
+  process.start()
+  return process
+
+
+def _get(results, count, timeout_s=240):
+  got = []
+  deadline = time.monotonic() + timeout_s
+  while len(got) < count:
+    try:
+      got.append(results.get(timeout=max(1, deadline - time.monotonic())))
+    except queue.Empty:
+      raise AssertionError(f'only {len(got)} of {count} results within '
+                           f'{timeout_s} s') from None
+  return got
+
+
+def _newest_checkpoint(checkpoint_dir):
+  """`(path, items)` of the newest complete checkpoint, or `(None, None)`."""
+  found = smart_replay.ReplayBufferManager(
+      data_spec=remote_workers.data_spec(), capacity=1,
+      checkpoint_dir=checkpoint_dir).existing_checkpoints()
+  if not found:
+    return None, None
+  with open(os.path.join(found[-1], 'manifest.json')) as f:
+    manifest = json.load(f)
+  return found[-1], manifest['counts']['tables']['experience']['items']
+
+
+def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
+  server = served()
+  results = SPAWN.Queue()
+  steps = {seed: 120 + 10 * seed for seed in range(4)}
+  actors = [_start(remote_workers.write_steps, server.address, seed, n,
+                   results) for seed, n in steps.items()]
+  reports = _get(results, 4)
+  for process in actors:
+    process.join(60)
+    assert process.exitcode == 0
+  expected = {}
+  for seed, fingerprints, counters in reports:
+    assert counters['steps'] == counters['recorded_steps'] >= steps[seed]
+    assert counters['lost_steps'] == counters['lost_items'] == 0
+    assert counters['items']['experience'] == len(fingerprints)
+    expected[seed] = fingerprints
+  total = sum(len(f) for f in expected.values())
+
+  learner = _start(remote_workers.sample_everything, server.address, total,
+                   results)
+  (size, seen, path), = _get(results, 1)
+  learner.join(60)
+  assert size == total  # Exact, after the actors flushed.
+  stored = sorted(seen.values())
+  assert stored == sorted(f for fs in expected.values() for f in fs)
+  assert os.path.isdir(path)
+  with open(os.path.join(path, 'manifest.json')) as f:
+    manifest = json.load(f)
+  assert manifest['extra'] == {'learner': 'done'}
+  assert manifest['counts']['tables']['experience']['items'] == total
+
+  # kill -9 an actor mid-episode while another one writes.
+  started = SPAWN.Event()
+  doomed = _start(remote_workers.write_until_killed, server.address, 7,
+                  started)
+  survivor = _start(remote_workers.write_steps, server.address, 8, 300,
+                    results)
+  assert started.wait(120)
+  remote_workers.kill(doomed)
+  assert doomed.exitcode == -signal.SIGKILL
+  (_, fingerprints, counters), = _get(results, 1)
+  survivor.join(60)
+  assert survivor.exitcode == 0 and counters['lost_steps'] == 0
+  manager, _ = remote_workers.client(server.address)
+  try:
+    # The killed actor's flushed items stay too.
+    assert manager.num_frames() > total + len(fingerprints)
+    seen = testing.sample_all_items(manager, batch_size=64)
+    assert set(fingerprints) <= set(seen.values())  # The survivor's data.
+  finally:
+    manager.close()
+  assert server.process.poll() is None
+  assert server.stop() == 0  # SIGTERM: a final checkpoint, exit 0.
+  assert 'final' in server.log()
+
+
+def test_server_killed_after_scheduled_checkpoint_resumes_it(served, tmp_path):
+  checkpoint_dir = str(tmp_path / 'buffer')
+  # Every 50 inserts, and the tail (< 50 items) once it is 1 s old: the
+  # checkpoint that holds everything the actor wrote always comes.
+  server = served('ReplayServer.checkpoint_every_inserts=50',
+                  'ReplayServer.max_unsaved_s=1.0',
+                  checkpoint_dir=checkpoint_dir)
+  results, go = SPAWN.Queue(), SPAWN.Event()
+  actor = _start(remote_workers.phased_actor, server.address, 3, go, results)
+  (_, first), = _get(results, 1)
+  items_written = first['items']['experience']
+  # Wait for the scheduled checkpoint that holds everything, then kill -9.
+  deadline = time.monotonic() + 60
+  while True:
+    path, held = _newest_checkpoint(checkpoint_dir)
+    if held == items_written or time.monotonic() > deadline:
+      break
+    time.sleep(0.2)
+  assert held == items_written, (held, items_written)
+  server.stop(signal.SIGKILL)
+
+  restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
+  assert f'Resumed {path}' in restarted.log()
+  manager, _ = remote_workers.client(restarted.address)
+  try:
+    assert manager.num_frames() == held  # Exactly the last checkpoint.
+    go.set()  # The actor continues on its old connection.
+    (_, second), = _get(results, 1)
+    actor.join(60)
+    assert actor.exitcode == 0
+    assert second['lost_steps'] == second['lost_items'] == 0
+    assert manager.num_frames() == second['items']['experience']
+  finally:
+    manager.close()
+
+
+def test_client_of_another_spec_lists_the_differences(served):
+  server = served()
+  spec = remote_workers.data_spec()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  other = spec._replace(reward=tf.TensorSpec([2], tf.float32))
+  manager = smart_replay.ReplayBufferManager(data_spec=other,
+                                             server_address=server.address)
+  with pytest.raises(smart_replay.ManifestMismatchError) as e:
+    manager.connect()
+  assert "data_spec/reward: server='float32[]', local='float32[2]'" in str(
+      e.value)
+  assert e.value.differences == [('data_spec/reward', 'float32[]',
+                                  'float32[2]')]
+  manager.close()
+
+
+def test_unreachable_address_fails_within_the_timeout():
+  port = remote_workers.free_port_pair()
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=remote_workers.data_spec(),
+      server_address=f'localhost:{port}', connect_timeout_s=2.0)
+  began = time.monotonic()
+  with pytest.raises(smart_replay.ServerUnavailableError,
+                     match=f'localhost:{port} within 2 s'):
+    manager.connect()
+  assert time.monotonic() - began < 10
+  manager.close()
+
+
+def _long_episode_steps(count, seed=0):
+  """`count` trajectories of one long episode from a real environment."""
+  from tf_agents.environments import random_py_environment  # pylint: disable=g-import-not-at-top
+  from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
+  env = random_py_environment.RandomPyEnvironment(
+      testing.OBSERVATION_SPEC, testing.ACTION_SPEC,
+      episode_end_probability=0.0, min_duration=10_000, max_duration=10_000,
+      seed=seed)
+  policy = testing.make_policy(env, seed)
+  time_step, steps = env.reset(), []
+  for _ in range(count):
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    steps.append(trajectory.from_transition(time_step, action, next_time_step))
+    time_step = next_time_step
+  return steps
+
+
+def _served_writer(served, checkpoint_dir, **client_kwargs):
+  """A server on `checkpoint_dir` and a client writing chunks of 4 steps."""
+  server = served(checkpoint_dir=checkpoint_dir)
+  manager, observer = remote_workers.client(server.address, chunk_length=4,
+                                            **client_kwargs)
+  return server, manager, observer
+
+
+def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
+  checkpoint_dir = str(tmp_path / 'buffer')
+  server, manager, observer = _served_writer(
+      served, checkpoint_dir, write_timeout_s=2.0, reconnect_timeout_s=120.0)
+  steps = _long_episode_steps(36)
+  try:
+    for step in steps[:10]:
+      observer(step)
+    manager.checkpoint()  # Holds items (1,2)..(9,10).
+    for step in steps[10:16]:
+      observer(step)
+    observer.flush()  # Confirmed by the server, but in no checkpoint.
+    _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
+        'inserts') == 15, 'the server to record its 15 inserts')
+    server.stop(signal.SIGKILL)
+    for step in steps[16:36]:  # Items (16,17).. reference a lost chunk.
+      observer(step)
+    restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
+    assert 'at least 6 item(s) it inserted after' in restarted.log()
+    observer.flush()  # Waits for the server, then sends the pending items.
+    assert observer.num_reconnects == 1
+    # The 6 items confirmed after the checkpoint died with the server.
+    assert observer.num_lost_steps == 0
+    assert observer.num_lost_items == observer.num_lost_at_restart == 6
+    assert manager.stats()['lost_items'] == 6
+    seen = testing.sample_all_items(manager, batch_size=8)
+    want = testing.expected_items(steps, 2)
+    kept = want[:9] + want[15:]  # The checkpoint, and all written after kill.
+    assert sorted(seen.values()) == sorted(
+        testing.item_fingerprint(i) for i in kept)
+  finally:
+    manager.close()
+
+
+def test_actor_gives_up_after_reconnect_timeout_and_counts_the_loss(
+    served, tmp_path):
+  checkpoint_dir = str(tmp_path / 'buffer')
+  server, manager, observer = _served_writer(
+      served, checkpoint_dir, write_timeout_s=1.0, reconnect_timeout_s=3.0)
+  steps = _long_episode_steps(200)
+  try:
+    for step in steps[:10]:
+      observer(step)
+    observer.flush()
+    assert manager.num_frames() == 9
+    server.stop(signal.SIGKILL)
+    items_before, written = observer.num_items, 0
+    with pytest.raises(smart_replay.ServerUnavailableError,
+                       match='did not answer for 4 s') as e:
+      for step in steps[10:]:
+        written += 1
+        observer(step)
+    assert 10 < written < 190  # Back-pressure stopped it within ~50 items.
+    assert observer.num_lost_steps == written
+    assert observer.num_lost_items == observer.num_items - items_before
+    assert f'{written} step(s)' in str(e.value)
+    # The server comes back (empty: it never checkpointed); the next steps
+    # start a new episode on a new connection. Asking the server first, on
+    # the observer's channel, ends gRPC's reconnect backoff (seconds after
+    # an outage; longer than this observer's 1 + 3 s of patience).
+    served(checkpoint_dir=checkpoint_dir, port=server.port)
+    assert manager.num_frames() == 0
+    for step in steps[10 + written:30 + written]:
+      observer(step)
+    # The fresh server may take longer than this observer's 1 s to confirm
+    # the first items on a loaded machine: wait for them (a give-up would
+    # still raise, and change the counts checked below).
+    _wait_until(lambda: _flushed(observer), 'the server to confirm 19 items')
+    assert manager.num_frames() == 19
+    assert manager.stats()['lost_steps'] == written
+  finally:
+    manager.close()
+
+
+def test_server_restarted_with_other_tables_fails_the_write(served, tmp_path):
+  server, manager, observer = _served_writer(
+      served, str(tmp_path / 'first'), write_timeout_s=1.0,
+      reconnect_timeout_s=60.0)
+  steps = _long_episode_steps(40)
+  try:
+    for step in steps[:10]:
+      observer(step)
+    observer.flush()
+    server.stop(signal.SIGKILL)
+    for step in steps[10:20]:
+      observer(step)
+    served("TableConfig.name='other'", checkpoint_dir=str(tmp_path / 'second'),
+           port=server.port)
+    with pytest.raises(smart_replay.WriteFailedError,
+                       match="refused the writes of tables.*experience") as e:
+      observer.flush()
+    assert '10 step(s) and 10 item(s)' in str(e.value)
+    assert observer.num_lost_steps == observer.num_lost_items == 10
+  finally:
+    try:
+      manager.close()
+    except smart_replay.SmartReplayError:
+      pass

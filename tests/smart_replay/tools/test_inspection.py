@@ -1,0 +1,69 @@
+"""describe(): a buffer directory, a checkpoint folder, a running server."""
+
+import os
+
+import pytest
+
+import smart_replay
+from smart_replay.tools import inspection
+from smart_replay.remote import replay_server as serve
+from smart_replay.core import tables
+from tests import testing
+
+
+def test_describes_a_buffer_directory(make_manager, tmp_path):
+  manager = make_manager(capacity=500)
+  _, observer = manager.create_replay_buffer()
+  testing.run_actor(observer, 60)
+  first = manager.checkpoint()
+  testing.run_actor(observer, 20, seed=1)
+  newest = manager.checkpoint(extra={'train_step': 3})
+  stats = manager.stats()['tables']['experience']
+  d = inspection.describe(str(tmp_path / 'buffer'))
+  assert d['checkpoint'] == newest
+  table = d['tables']['experience']
+  assert (table['size'], table['capacity'], table['inserts']) == (
+      stats['items'], 500, stats['inserts'])
+  assert table['rate_limiter'] == 'min_size_to_sample=1'
+  assert [c['path'] for c in d['checkpoints']] == [first, newest]
+  assert all(c['verified'] and c['bytes'] > 0 for c in d['checkpoints'])
+  assert d['extra'] == {'train_step': 3}
+  paths = [leaf['path'] for leaf in d['spec']]
+  assert 'observation/temperature' in paths
+  text = inspection.format_text(d)
+  assert 'experience: sequence, uniform sampler' in text
+  assert '    temperature: float32[3] in [-10.0, 40.0]' in text
+  assert 'ckpt-000002' in text and 'ok' in text
+  # One checkpoint folder works too.
+  assert inspection.describe(first)['tables']['experience']['size'] < table[
+      'size']
+
+
+def test_damaged_and_missing_buffers_are_named(make_manager, tmp_path):
+  with pytest.raises(smart_replay.CheckpointNotFoundError, match='nowhere'):
+    inspection.describe(str(tmp_path / 'nowhere'))
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  testing.run_actor(observer, 30)
+  path = manager.checkpoint()
+  with open(os.path.join(path, 'chunks.tfrecord'), 'ab') as f:
+    f.write(b'x')
+  with pytest.raises(smart_replay.CheckpointCorruptError, match='verifies'):
+    inspection.describe(str(tmp_path / 'buffer'))
+
+
+def test_describes_a_running_server(tmp_path, data_spec):
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec, capacity=300, checkpoint_dir=str(tmp_path / 'b'),
+      table_configs=[tables.TableConfig(sampler='prioritized')])
+  with serve.ReplayServer(manager) as server:
+    testing.run_actor(manager.observer, 40)
+    manager.flush()
+    d = inspection.describe_server(
+        manager.server_address,
+        control_address=f'localhost:{server.control_port}')
+    table = d['tables']['experience']
+    assert table['size'] == manager.num_frames() > 0
+    assert table['sampler'] == 'prioritized' and table['capacity'] == 300
+    assert inspection.format_text(d).startswith(
+        f'Buffer: {manager.server_address}')
