@@ -45,6 +45,7 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
+from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.checkpointing import store as checkpoint_store
 from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.core import dataset as dataset_lib
@@ -335,9 +336,9 @@ def _write_reverb_floor(client: reverb.Client, spec, steps, *,
   `TrajectoryWriter` on this machine.
   """
   length = chunk_length or observer_lib.auto_chunk_length(spec)
-  writer = observer_lib._new_writer(  # pylint: disable=protected-access
+  writer = reverb_internal.new_trajectory_writer(
       client, chunk_length=length, keep_alive=length + SEQUENCE_LENGTH)
-  append, create_item = writer._writer.Append, writer._writer.CreateItem  # pylint: disable=protected-access
+  append, create_item = reverb_internal.raw_calls(writer)
   squeeze = [False] * len(tree.flatten(spec))
   start = time.perf_counter()
   try:

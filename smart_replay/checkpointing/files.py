@@ -14,8 +14,8 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
-from reverb.cc import schema_pb2
-from reverb.cc.checkpointing import checkpoint_pb2
+
+from smart_replay import _reverb_internal as reverb_internal
 
 DATA_FILES = ('tables.tfrecord', 'items.tfrecord', 'chunks.tfrecord')
 DONE_FILE = 'DONE'
@@ -31,7 +31,7 @@ def records(path: str, file_name: str, proto_class):
     path: a checkpoint folder.
     file_name: one of `DATA_FILES`.
     proto_class: the proto each record holds (e.g.
-      `schema_pb2.PrioritizedItem` for `items.tfrecord`).
+      `reverb_internal.schema_pb2.PrioritizedItem` for `items.tfrecord`).
 
   Yields:
     One parsed `proto_class` per record, in file order.
@@ -143,7 +143,7 @@ def read_items(path: str) -> List[ItemRecord]:
   """
   return [ItemRecord(item.table, item.key, item.priority, item.times_sampled)
           for item in records(path, 'items.tfrecord',
-                              schema_pb2.PrioritizedItem)]
+                              reverb_internal.schema_pb2.PrioritizedItem)]
 
 
 def count_items(path: str) -> Dict[str, int]:
@@ -245,7 +245,7 @@ def read_table_counters(path: str) -> Dict[str, Dict[str, int]]:
   """
   counters = {}
   for table in records(path, 'tables.tfrecord',
-                       checkpoint_pb2.PriorityTableCheckpoint):
+                       reverb_internal.checkpoint_pb2.PriorityTableCheckpoint):
     limiter = table.rate_limiter
     counters[table.table_name] = {'inserts': limiter.insert_count,
                                   'samples': limiter.sample_count,

@@ -22,9 +22,8 @@ from google.protobuf import message
 import numpy as np
 import tensorflow as tf
 import tree
-from reverb.cc import schema_pb2
-from reverb.cc.checkpointing import checkpoint_pb2
 
+from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay import errors
 
@@ -106,12 +105,12 @@ class CheckpointReader:
     try:
       self._table_names = [
           table.table_name for table in checkpoint_files.records(
-              path, 'tables.tfrecord', checkpoint_pb2.PriorityTableCheckpoint)]
+              path, 'tables.tfrecord', reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)]
       self._chunks = {chunk.chunk_key: chunk for chunk in
                       checkpoint_files.records(path, 'chunks.tfrecord',
-                                               schema_pb2.ChunkData)}
+                                               reverb_internal.schema_pb2.ChunkData)}
       self._items = list(checkpoint_files.records(
-          path, 'items.tfrecord', schema_pb2.PrioritizedItem))
+          path, 'items.tfrecord', reverb_internal.schema_pb2.PrioritizedItem))
     except (tf.errors.OpError, ValueError, message.DecodeError) as e:
       raise errors.CheckpointCorruptError(
           f'cannot read the checkpoint files in {path}: {e}') from e

@@ -36,7 +36,6 @@ table signature). Items reach the server then, at every episode end, and on
 
 import collections
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -44,9 +43,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import reverb
 from absl import logging
-from reverb import pybind
 from tf_agents.trajectories import time_step as ts
 
+from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay import errors
 from smart_replay.core import specs
@@ -67,10 +66,6 @@ _LAST = int(ts.StepType.LAST)
 # (bounded) until at most this many would be pending: back-pressure that
 # bounds a writer running ahead of the server, and keeps the warning quiet.
 _PENDING_LIMIT = 49
-# Reverb's own text for a timed-out flush (the `__context__` of the
-# DeadlineExceededError it raises).
-_PENDING_TEXT = re.compile(r'(\d+) items waiting to be written and (\d+) items '
-                           r'awaiting confirmation')
 # Longest single wait while the server does not answer (the writer retries on
 # its own meanwhile; each wait ends with a check whether the server is back).
 _MAX_RETRY_WAIT_S = 5.0
@@ -89,19 +84,6 @@ def auto_chunk_length(data_spec: Any) -> int:
   largest = max(np.dtype(leaf.dtype).itemsize * int(np.prod(
       [d or 1 for d in leaf.shape])) for leaf in specs.flatten_spec(data_spec))
   return max(1, min(MAX_AUTO_CHUNK_LENGTH, AUTO_CHUNK_BYTES // max(largest, 1)))
-
-
-def _new_writer(client: reverb.Client, *, chunk_length: int,
-                keep_alive: int) -> reverb.TrajectoryWriter:
-  """A validating Reverb TrajectoryWriter chunking `chunk_length` steps.
-
-  `Client.trajectory_writer` only offers auto-tuned chunks; the constant
-  chunker is set through the C++ client (Reverb 0.14, pinned).
-  """
-  options = pybind.ConstantChunkerOptions(max_chunk_length=chunk_length,
-                                          num_keep_alive_refs=keep_alive)
-  return reverb.TrajectoryWriter(client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
-      options, True))  # validate_items: Reverb checks items vs the signature.
 
 
 class _Stream:
@@ -134,8 +116,7 @@ class _Stream:
     self.writer = self._make_writer()
     # The C++ writer's calls, without the Python wrapper's per-step history
     # bookkeeping: `history` keeps the cell references of the last steps.
-    self.append = self.writer._writer.Append  # pylint: disable=protected-access
-    self.create_item = self.writer._writer.CreateItem  # pylint: disable=protected-access
+    self.append, self.create_item = reverb_internal.raw_calls(self.writer)
     self.history.clear()
     self.deferred.clear()
     self.created.clear()
@@ -312,8 +293,8 @@ class TrajectoryObserver:
           f'0.14 takes at most {tables_lib.REVERB_MAX_INT} (2**31 - 1, a C++ '
           'int32).')
     def make_writer():
-      return _new_writer(client, chunk_length=self.chunk_length,
-                         keep_alive=self._keep_alive)
+      return reverb_internal.new_trajectory_writer(
+          client, chunk_length=self.chunk_length, keep_alive=self._keep_alive)
     self._streams = [
         _Stream(make_writer, [t.name for t in self._episode_tables],
                 self._keep_alive)
@@ -589,10 +570,10 @@ class TrajectoryObserver:
         self._failed(stream, 'the wait for the server', RuntimeError(
             f'table {name!r} has signature {got} on the server, this '
             f'observer writes {want}'))
-    counts = _PENDING_TEXT.search(str(timed_out.__context__ or ''))
+    counts = reverb_internal.pending_counts(timed_out)
     if counts is None:
       return True
-    unsent, unconfirmed = map(int, counts.groups())
+    unsent, unconfirmed = counts
     return unconfirmed > 0 or unsent == 0
 
   def _attempt(self, stream: _Stream, what: str,

@@ -8,8 +8,8 @@ which the next save prunes. `install` replaces the replay buffer's client with
 a `ManagedClient` whose `checkpoint()` is `ReplayBufferManager.checkpoint()`:
 the documented call keeps its meaning and returns a verified checkpoint.
 
-`ReverbReplayBuffer` keeps its client in the private attribute `_py_client`
-(TF-Agents 0.19); this module is the only place that touches it.
+`ReverbReplayBuffer` keeps its client in a private attribute (TF-Agents 0.19);
+`_reverb_internal.set_py_client` sets it.
 """
 
 from typing import Callable
@@ -17,6 +17,8 @@ from typing import Callable
 from absl import logging
 import reverb
 from tf_agents.replay_buffers import reverb_replay_buffer
+
+from smart_replay import _reverb_internal as reverb_internal
 
 
 class ManagedClient(reverb.Client):
@@ -61,5 +63,5 @@ def install(replay_buffer: reverb_replay_buffer.ReverbReplayBuffer, *,
   """
   client = ManagedClient(replay_buffer.py_client.server_address,
                          checkpoint=checkpoint)
-  replay_buffer._py_client = client  # pylint: disable=protected-access
+  reverb_internal.set_py_client(replay_buffer, client)
   return client

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import gin
 import reverb
 
+from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.core import specs
 
 SAMPLERS = ('uniform', 'prioritized', 'fifo', 'lifo')
@@ -25,11 +26,9 @@ DEFAULT_TABLE_NAME = 'experience'
 SAMPLING_ONLY_FIELDS = ('importance_beta', 'importance_beta_final',
                         'importance_beta_steps', 'priority_epsilon',
                         'initial_priority')
-# The largest count Reverb 0.14 takes: its pybind layer passes max_size,
-# max_times_sampled, min_size_to_sample (and the writer's keep-alive steps,
-# at least an item's length) as C++ int32, and refuses 2**31 with a bare
-# "incompatible constructor arguments" TypeError.
-REVERB_MAX_INT = 2**31 - 1
+# The largest count Reverb takes (max_size, max_times_sampled,
+# min_size_to_sample, the writer's keep-alive steps): see _reverb_internal.
+REVERB_MAX_INT = reverb_internal.MAX_INT
 _TOO_LARGE = (f'at most {REVERB_MAX_INT} (2**31 - 1): Reverb 0.14 takes it as '
               'a C++ int32 and refuses larger values')
 
@@ -441,11 +440,8 @@ def limiter_state(config: TableConfig,
   inserts = limiter.insert_stats.completed
   samples = limiter.sample_stats.completed
   size = info.current_size
-  spi = limiter.samples_per_insert
-  can_sample = (size >= limiter.min_size_to_sample and
-                inserts * spi - samples - 1 >= limiter.min_diff)
-  can_insert = (size + 1 <= limiter.min_size_to_sample or
-                (inserts + 1) * spi - samples <= limiter.max_diff)
+  can_insert, can_sample = reverb_internal.rate_limiter_allows(limiter,
+                                                               size=size)
   if config.block_inserts_when_full:
     kind = 'queue'
   elif config.samples_per_insert is not None:
