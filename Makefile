@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo demo-train benchmark soak install bazel-check clean
+.PHONY: test test-fast demo demo-train benchmark soak install bazel-check clean
 
 install: $(STAMP)
 
@@ -22,6 +22,11 @@ test: $(STAMP)
 	@if command -v bazel >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory bazel-check; \
 	else echo "bazel not on PATH: skipping the BUILD check (apt-get install bazel-bootstrap)"; fi
+
+# The fast unit tests of the pure parts (planner, limiter math, config diff,
+# manifest, checkpoint choice): no Reverb server, under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m unit tests
 
 bazel-check:
 	bazel query //... >/dev/null

@@ -1,6 +1,10 @@
 """Shared pytest fixtures: real TF-Agents environments and specs; real Reverb."""
 
+import multiprocessing
+import subprocess
+
 import pytest
+import reverb
 
 import smart_replay
 from tests import testing
@@ -35,3 +39,22 @@ def make_manager(tmp_path, data_spec):
   yield factory
   for manager in managers:
     manager.close()
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_server(request, monkeypatch):
+  """A test marked `unit` (run by `make test-fast`) must stay fast and pure:
+  starting a Reverb server or a process fails it."""
+  if request.node.get_closest_marker('unit') is None:
+    return
+
+  def refuse(what):
+    def fail(*args, **kwargs):
+      del args, kwargs
+      raise AssertionError(f'{request.node.nodeid} is marked unit but starts '
+                           f'{what}; drop the mark or the {what}.')
+    return fail
+  monkeypatch.setattr(reverb.Server, '__init__', refuse('a Reverb server'))
+  monkeypatch.setattr(subprocess.Popen, '__init__', refuse('a process'))
+  monkeypatch.setattr(multiprocessing.process.BaseProcess, 'start',
+                      refuse('a process'))
