@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast demo demo-train benchmark soak install bazel-check clean
+.PHONY: test pytest test-fast bazel-check bazel-test demo demo-train benchmark soak install clean
 
 install: $(STAMP)
 
@@ -17,20 +17,30 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plots]'
 	touch $(STAMP)
 
+# Every test: through Bazel when it is on PATH (each test file a py_test,
+# offline; see tools/ and third_party/), else with pytest directly.
 test: $(STAMP)
-	$(PY) -m pytest tests
 	@if command -v bazel >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory bazel-check; \
-	else echo "bazel not on PATH: skipping the BUILD check (apt-get install bazel-bootstrap)"; fi
+	  $(MAKE) --no-print-directory bazel-test; \
+	else echo "bazel not on PATH: running pytest directly (apt-get install bazel-bootstrap for the Bazel checks)"; \
+	  $(PY) -m pytest tests; fi
+
+pytest: $(STAMP)
+	$(PY) -m pytest tests
 
 # The fast unit tests of the pure parts (planner, limiter math, config diff,
 # manifest, checkpoint choice): no Reverb server, under a minute.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m unit tests
 
-bazel-check:
-	bazel query //... >/dev/null
-	bazel build $$(bazel query 'kind(py_library, //...)' 2>/dev/null)
+# BUILD files match the imports (tools/bazel/build_deps.py), then every
+# py_test runs; a failing test fails the target.
+bazel-check: $(STAMP)
+	$(PY) tools/bazel/build_deps.py --check
+	bazel build //...
+
+bazel-test: $(STAMP) bazel-check
+	bazel test //...
 
 # Populate a starter buffer on the embedded thermal environment (4 simulated
 # days), then load it in a fresh process, sample and summarize.
