@@ -26,7 +26,7 @@ from absl import flags
 import gin
 
 from smart_replay.apps import cli
-from smart_replay.remote import replay_server as serve
+from smart_replay.remote import serve
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,

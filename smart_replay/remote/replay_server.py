@@ -8,25 +8,26 @@ one when asked to stop, and logs table sizes and insert/sample rates at an
 interval. Clients reach it on two ports: Reverb's (data) and the control
 service's (configuration and checkpoints, `smart_replay.remote.control`).
 
-`serve()` is what the `smart-replay-serve` binary runs.
+The schedule and retry policy are in `schedule`, the status line in `status`,
+the control methods in `handlers`, and `smart_replay.remote.serve.serve()` is
+what the `smart-replay-serve` binary runs.
 """
 
-import datetime
 import socket
 import threading
 import time
-import uuid
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import gin
 
-from smart_replay.checkpointing import files as checkpoint_files
-from smart_replay.remote import control as control_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
+from smart_replay.remote import control as control_lib
+from smart_replay.remote import handlers
+from smart_replay.remote import schedule as schedule_lib
 from smart_replay.remote import serving_record
-from smart_replay.core import specs
+from smart_replay.remote import status
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
 
@@ -38,26 +39,6 @@ SECURITY_WARNING = (
     '(clients use localhost) or on a private network, or reach it through '
     'an SSH tunnel or VPN; never expose these ports to the internet '
     '(README: "Security").')
-
-
-def _saved_counts(path: str):
-  """(inserts, samples) over all tables, as the checkpoint at `path` holds
-  them (the live counters may already be ahead: clients write meanwhile)."""
-  counters = checkpoint_files.read_table_counters(path).values()
-  return (sum(c['inserts'] for c in counters),
-          sum(c['samples'] for c in counters))
-
-
-def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:
-  """When the save of a checkpoint began (wall time), or None without one;
-  manifests of older versions give their creation time instead."""
-  if not manifest:
-    return None
-  started = manifest['counts'].get('save_started_unix')
-  if started is None:
-    started = datetime.datetime.fromisoformat(
-        manifest['created_utc']).timestamp()
-  return started
 
 
 @gin.configurable
@@ -107,24 +88,10 @@ class ReplayServer:
     if not isinstance(manager, manager_lib.ReplayBufferManager):
       raise ValueError(f'manager must be a ReplayBufferManager, got '
                        f'{manager!r}.')
-    for name, value in (('checkpoint_every_s', checkpoint_every_s),
-                        ('checkpoint_every_inserts', checkpoint_every_inserts),
-                        ('max_unsaved_s', max_unsaved_s),
-                        ('checkpoint_retry_s', checkpoint_retry_s),
-                        ('log_every_s', log_every_s)):
-      if value is not None and (isinstance(value, bool) or
-                                not isinstance(value, (int, float)) or
-                                value <= 0):
-        raise ValueError(f'{name} must be None or a positive number, got '
-                         f'{value!r}.')
-    if checkpoint_every_inserts is not None and not isinstance(
-        checkpoint_every_inserts, int):
-      raise ValueError(f'checkpoint_every_inserts must be an integer, got '
-                       f'{checkpoint_every_inserts!r}.')
-    for name, value in (('log_every_s', log_every_s),
-                        ('checkpoint_retry_s', checkpoint_retry_s)):
-      if value is None:
-        raise ValueError(f'{name} must be a positive number, got None.')
+    self._schedule = schedule_lib.CheckpointSchedule(
+        every_s=checkpoint_every_s, every_inserts=checkpoint_every_inserts,
+        max_unsaved_s=max_unsaved_s, retry_s=checkpoint_retry_s)
+    schedule_lib.check_positive('log_every_s', log_every_s, optional=False)
     if on_existing not in ON_EXISTING:
       raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
                        f'{on_existing!r}.')
@@ -135,27 +102,15 @@ class ReplayServer:
                        f'{control_port!r}.')
     self._manager = manager
     self._control_port = control_port
-    self._every_s = checkpoint_every_s
-    self._every_inserts = checkpoint_every_inserts
-    self._max_unsaved_s = max_unsaved_s
-    self._retry_s = float(checkpoint_retry_s)
-    # (monotonic time of the first, message of the latest) failure of
-    # scheduled checkpoints since the last success, and when to try again.
-    self._failing_since = None
-    self._retry_at = 0.0
     self._log_every_s = float(log_every_s)
     self._on_existing = on_existing
     self._control = None
-    self._last_checkpoint = None
-    self._last_checkpoint_time = None
-    self._last_checkpoint_counts = None
-    # When items were first inserted after the last checkpoint (None: none).
-    self._unsaved_since = None
     self._last_log = None  # (time, stats) of the previous status line.
     self._lock = threading.Lock()
     self._started = self._closed = False
     self._restart_loss = None
     self._recorded_inserts = None
+    self._instance = None
 
   # ----------------------------------------------------------------- start-up
 
@@ -190,51 +145,39 @@ class ReplayServer:
         resumed = True
       except errors.CheckpointNotFoundError:
         pass
+    schedule = self._schedule
     if resumed:
-      self._last_checkpoint = manager.loaded_checkpoint
-      self._last_checkpoint_counts = _saved_counts(self._last_checkpoint)
-      logging.info('Resumed %s: %s items.', self._last_checkpoint,
+      schedule.record(manager.loaded_checkpoint,
+                      schedule_lib.saved_counts(manager.loaded_checkpoint),
+                      time.monotonic())
+      logging.info('Resumed %s: %s items.', schedule.last_checkpoint,
                    {n: t['items'] for n, t in
                     manager.loaded_manifest['counts']['tables'].items()})
     else:
       manager.create_replay_buffer(overwrite=bool(existing))
-      self._last_checkpoint_counts = (0, 0)
+      schedule.last_counts = (0, 0)
     self._started = True
+    restored = schedule.last_checkpoint
     self._restart_loss = serving_record.lost_since(
-        previous, checkpoint=self._last_checkpoint,
-        restored_inserts=self._last_checkpoint_counts[0])
-    # Who this server is, for clients that reconnect after a restart: items
-    # they had confirmed after the restored save began are lost.
-    self._instance = {
-        'id': uuid.uuid4().hex, 'restored_checkpoint': self._last_checkpoint,
-        'restored_save_started': _save_started(
-            manager.loaded_manifest if self._last_checkpoint else None),
-        'restart_loss': self._restart_loss}
-    if self._restart_loss and not self._restart_loss['lost_items']:
-      logging.info('The previous server of this buffer stopped without its '
-                   'final checkpoint; %s holds every insert it recorded.',
-                   self._last_checkpoint)
-    elif self._restart_loss:
-      logging.warning(
-          'The previous server of this buffer (pid %s on %s, last seen %s) '
-          'stopped without its final checkpoint: at least %d item(s) it '
-          'inserted after %s were lost. Writers that were connected count '
-          'theirs in lost_items.', self._restart_loss['previous_pid'],
-          self._restart_loss['previous_host'],
-          self._restart_loss['last_seen'], self._restart_loss['lost_items'],
-          self._last_checkpoint or 'its start (it had no checkpoint)')
+        previous, checkpoint=restored,
+        restored_inserts=schedule.last_counts[0])
+    self._instance = handlers.describe_instance(
+        restored_checkpoint=restored,
+        restored_manifest=manager.loaded_manifest if restored else None,
+        restart_loss=self._restart_loss)
+    serving_record.log_restart_loss(self._restart_loss, restored)
     try:
       port = int(manager.server_address.rpartition(':')[2])
       self._control = control_lib.ControlServer(
-          {'info': self._info, 'checkpoint': self._checkpoint_request,
-           'times_sampled': self._times_sampled},
+          handlers.control_handlers(manager, instance=self._instance,
+                                    checkpoint=self.checkpoint),
           port=self._control_port or control_lib.default_control_port(port))
     except BaseException:
       self.close(final_checkpoint=False)
       raise
-    self._last_checkpoint_time = time.monotonic()
+    schedule.last_time = time.monotonic()
     self._last_log = (time.monotonic(), manager.stats())
-    self._record(self._counts(self._last_log[1])[0], clean=False)
+    self._record(schedule_lib.total_counts(self._last_log[1])[0], clean=False)
     logging.warning(SECURITY_WARNING.format(port=port,
                                             control_port=self._control.port))
     return self
@@ -268,18 +211,9 @@ class ReplayServer:
   @property
   def last_checkpoint(self) -> Optional[str]:
     """The newest checkpoint written or resumed (None before the first)."""
-    return self._last_checkpoint
+    return self._schedule.last_checkpoint
 
-  # ---------------------------------------------------------- control service
-
-  def _info(self, request: Dict[str, Any]) -> Dict[str, Any]:
-    del request
-    manager = self._manager
-    return {'config': manager.buffer_config,
-            'checkpoint_dir': manager.checkpoint_dir,
-            'keep_checkpoints': manager.keep_checkpoints,
-            'checkpoints': list(manager.existing_checkpoints()),
-            'instance': self._instance}
+  # ------------------------------------------------------------ checkpointing
 
   def _record(self, inserts: int, *, clean: bool) -> None:
     """Updates `serving_record` (a failure is logged: serving goes on)."""
@@ -290,22 +224,6 @@ class ReplayServer:
     except OSError as e:
       logging.warning('Could not update %s (%s); a crash now would be '
                       'counted short.', serving_record.RECORD_FILE, e)
-
-  def _checkpoint_request(self, request: Dict[str, Any]) -> str:
-    return self.checkpoint(extra=request.get('extra'), reason='a client asked')
-
-  def _times_sampled(self, request: Dict[str, Any]) -> Dict[str, Any]:
-    del request
-    tables = self._manager.stats(times_sampled=True)['tables']
-    return {name: {str(key): n for key, n in t['times_sampled'].items()}
-            for name, t in tables.items()}
-
-  # ------------------------------------------------------------ checkpointing
-
-  @staticmethod
-  def _counts(stats: Dict[str, Any]):
-    return tuple(sum(t[key] for t in stats['tables'].values())
-                 for key in ('inserts', 'samples'))
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None,
                  reason: str = 'requested') -> str:
@@ -323,11 +241,9 @@ class ReplayServer:
     """
     started = time.monotonic()
     path = self._manager.checkpoint(extra=extra)
-    counts = _saved_counts(path)
+    counts = schedule_lib.saved_counts(path)
     with self._lock:  # Control threads and the poll loop both get here.
-      if self._last_checkpoint is None or path > self._last_checkpoint:
-        self._last_checkpoint, self._last_checkpoint_counts = path, counts
-      self._last_checkpoint_time = time.monotonic()
+      self._schedule.record(path, counts, time.monotonic())
     logging.info('Checkpoint %s (%s) in %.1f s: %s inserts, %s samples in all.',
                  path, reason, time.monotonic() - started, *counts)
     return path
@@ -345,33 +261,17 @@ class ReplayServer:
     Raises:
       ManagerStateError: if the server is closed.
     """
-    now = time.monotonic()
-    path = None
+    now, path = time.monotonic(), None
     try:
       stats = self._manager.stats()
     except errors.WaitTimeoutError as e:  # Busy; try again at the next poll.
       logging.warning('The buffer did not answer in time (%s); serving goes '
                       'on.', e)
       return None
-    inserts, samples = self._counts(stats)
-    last_inserts, last_samples = self._last_checkpoint_counts
-    if inserts == last_inserts:
-      self._unsaved_since = None
-    elif self._unsaved_since is None:
-      self._unsaved_since = now
-    due = []
-    if self._every_s and now - self._last_checkpoint_time >= self._every_s:
-      due.append(f'every {self._every_s:g} s')
-    if self._every_inserts and inserts - last_inserts >= self._every_inserts:
-      due.append(f'{inserts - last_inserts} inserts')
-    if (self._max_unsaved_s and self._unsaved_since is not None and
-        now - self._unsaved_since >= self._max_unsaved_s):
-      due.append(f'{inserts - last_inserts} inserts unsaved for '
-                 f'{now - self._unsaved_since:.0f} s')
-    if due and (inserts, samples) == (last_inserts, last_samples):
-      self._last_checkpoint_time = now  # Nothing changed: nothing to save.
-    elif due and now >= self._retry_at:
-      path = self._scheduled_checkpoint(' and '.join(due), now)
+    inserts, samples = schedule_lib.total_counts(stats)
+    reason = self._schedule.due((inserts, samples), now)
+    if reason:
+      path = self._scheduled_checkpoint(reason, now)
     if inserts != self._recorded_inserts:
       self._record(inserts, clean=False)
     if now - self._last_log[0] >= self._log_every_s:
@@ -385,17 +285,9 @@ class ReplayServer:
       path = self.checkpoint(reason=reason)
     except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
             OSError) as e:  # CheckpointWriteError is an OSError.
-      first = now if self._failing_since is None else self._failing_since[0]
-      self._failing_since = (first, str(e))  # The latest cause.
-      self._retry_at = now + self._retry_s
-      logging.error('Scheduled checkpoint failed (retrying in %g s; serving '
-                    'goes on, items since the last checkpoint are not saved '
-                    'yet): %s', self._retry_s, e)
+      self._schedule.failed(e, now)
       return None
-    if self._failing_since is not None:
-      logging.warning('Checkpointing works again after failing for %.0f s.',
-                      now - self._failing_since[0])
-    self._failing_since, self._retry_at = None, 0.0
+    self._schedule.succeeded(now)
     return path
 
   def status_line(self, stats: Dict[str, Any], now: float) -> str:
@@ -409,30 +301,10 @@ class ReplayServer:
       The line; rates are since the previous status line.
     """
     then, before = self._last_log
-    elapsed = max(now - then, 1e-9)
-    parts = [f'serving {self.address}']
-    for name, table in stats['tables'].items():
-      old = before['tables'][name]
-      parts.append(
-          f"{name}: {table['items']:,}/{table['max_size']:,} items, "
-          f"{(table['inserts'] - old['inserts']) / elapsed:,.1f} inserts/s, "
-          f"{(table['samples'] - old['samples']) / elapsed:,.1f} samples/s"
-          + ('' if table['rate_limiter']['can_insert'] else
-             ', INSERTS BLOCKED by its rate limiter'))
-    if self._last_checkpoint:
-      ago = now - self._last_checkpoint_time
-      parts.append(f'last checkpoint {self._last_checkpoint} '
-                   f'({max(ago, 0):.0f} s ago)')
-    else:
-      parts.append('no checkpoint yet')
-    if self._restart_loss and self._restart_loss['lost_items']:
-      parts.append(f"the previous server lost {self._restart_loss['lost_items']}"
-                   ' item(s) at its crash')
-    if self._failing_since is not None:
-      since, message = self._failing_since
-      parts.append(f'CHECKPOINTS FAILING for {now - since:.0f} s (retry in '
-                   f'{max(self._retry_at - now, 0):.0f} s): {message}')
-    return ' | '.join(parts)
+    return status.status_line(
+        address=self.address, stats=stats, before=before,
+        elapsed_s=now - then, schedule=self._schedule,
+        restart_loss=self._restart_loss, now=now)
 
   def serve_until(self, stop_requested: Callable[[], bool], *,
                   poll_s: float = 0.5) -> Optional[str]:
@@ -483,14 +355,14 @@ class ReplayServer:
         CheckpointCorruptError).
     """
     if self._closed:
-      return self._last_checkpoint
+      return self._schedule.last_checkpoint
     self._closed = True
     failure = None
     try:
       if final_checkpoint and self._started:
-        changed = self._counts(self._manager.stats()) != \
-            self._last_checkpoint_counts
-        if changed or self._last_checkpoint is None:
+        changed = not self._schedule.holds(
+            schedule_lib.total_counts(self._manager.stats()))
+        if changed or self._schedule.last_checkpoint is None:
           self.checkpoint(reason='final')
     except errors.SmartReplayError as e:
       failure = e
@@ -502,7 +374,7 @@ class ReplayServer:
       self._manager.close()
     if failure:
       raise failure
-    return self._last_checkpoint
+    return self._schedule.last_checkpoint
 
   def _record_stop(self) -> None:
     """Marks the serving record clean if the last checkpoint holds every
@@ -510,12 +382,13 @@ class ReplayServer:
     if not self._started:
       return
     try:
-      inserts = self._counts(self._manager.stats())[0]
+      inserts = schedule_lib.total_counts(self._manager.stats())[0]
     except errors.SmartReplayError as e:
       logging.warning('Could not read the final insert count: %s', e)
       return
-    self._record(inserts, clean=self._last_checkpoint is not None and
-                 inserts == self._last_checkpoint_counts[0])
+    last = self._schedule
+    self._record(inserts, clean=last.last_checkpoint is not None and
+                 inserts == last.last_counts[0])
 
   def __enter__(self) -> 'ReplayServer':
     """Starts the server (see `start`)."""
@@ -525,43 +398,3 @@ class ReplayServer:
     """Closes the server: with a final checkpoint unless the block failed."""
     self.close(final_checkpoint=exc_type is None)
 
-
-@gin.configurable
-def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
-          stop_requested: Callable[[], bool],
-          ready: Callable[[str], None] = print) -> Optional[str]:
-  """Loads a spec file and serves its buffer until asked to stop.
-
-  The buffer's capacity, lengths and tables come from gin bindings of
-  `ReplayBufferManager` (e.g. configs/serve.gin), the schedule from those of
-  `ReplayServer`.
-
-  Args:
-    spec_file: the `collect_data_spec`, saved with `specs.save_spec`.
-    checkpoint_dir: the buffer directory (created or resumed).
-    port: the Reverb port; the control service uses `port + 1` unless
-      `ReplayServer.control_port` is bound.
-    stop_requested: polled; once true, a final checkpoint is written.
-    ready: called with one line giving the addresses once serving.
-
-  Returns:
-    The final checkpoint.
-
-  Raises:
-    ValueError: if the spec or config is invalid or a port is in use.
-    SmartReplayError: if the buffer cannot be created or resumed.
-  """
-  data_spec = specs.load_spec(spec_file)
-  manager = manager_lib.ReplayBufferManager(
-      data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port)
-  server = ReplayServer(manager)
-  server.start()
-  try:
-    ready(f'Serving {[c.name for c in manager.table_configs]} at '
-          f'{server.address} (Reverb; control at port {server.control_port}); '
-          f'on this machine: localhost:{server.port}. Checkpoints in '
-          f'{manager.checkpoint_dir}.')
-  except BaseException:
-    server.close(final_checkpoint=False)
-    raise
-  return server.serve_until(stop_requested)

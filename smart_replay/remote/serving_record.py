@@ -19,6 +19,8 @@ import os
 import socket
 from typing import Any, Dict, Optional
 
+from absl import logging
+
 RECORD_FILE = '.serving.json'
 
 
@@ -81,3 +83,25 @@ def lost_since(previous: Optional[Dict[str, Any]], *, checkpoint: str,
           'checkpoint': checkpoint, 'previous_pid': previous.get('pid'),
           'previous_host': previous.get('host'),
           'last_seen': previous.get('time')}
+
+
+def log_restart_loss(loss: Optional[Dict[str, Any]],
+                     checkpoint: Optional[str]) -> None:
+  """Logs what the previous server lost by stopping without a final checkpoint.
+
+  Args:
+    loss: `lost_since()` at this start, or None (nothing is logged).
+    checkpoint: the checkpoint this start restored, or None.
+  """
+  if loss and not loss['lost_items']:
+    logging.info('The previous server of this buffer stopped without its '
+                 'final checkpoint; %s holds every insert it recorded.',
+                 checkpoint)
+  elif loss:
+    logging.warning(
+        'The previous server of this buffer (pid %s on %s, last seen %s) '
+        'stopped without its final checkpoint: at least %d item(s) it '
+        'inserted after %s were lost. Writers that were connected count '
+        'theirs in lost_items.', loss['previous_pid'], loss['previous_host'],
+        loss['last_seen'], loss['lost_items'],
+        checkpoint or 'its start (it had no checkpoint)')

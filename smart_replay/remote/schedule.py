@@ -1,0 +1,204 @@
+"""When a served buffer's next checkpoint is due, and retries after failures.
+
+`CheckpointSchedule` keeps the newest checkpoint of a `ReplayServer` (its
+path, when it was written, the insert and sample counters it holds) and says
+when the next scheduled one is due: every N seconds, every N inserted items,
+and once unsaved items are too old. After a failed scheduled checkpoint it
+waits `retry_s` before the next try, and remembers since when and why
+checkpoints fail, for the status line.
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from absl import logging
+
+from smart_replay.checkpointing import files as checkpoint_files
+
+Counts = Tuple[int, int]  # (inserts, samples) over all tables.
+
+
+def total_counts(stats: Dict[str, Any]) -> Counts:
+  """Sums the insert and sample counters of all tables.
+
+  Args:
+    stats: `ReplayBufferManager.stats()`.
+
+  Returns:
+    `(inserts, samples)`.
+  """
+  return tuple(sum(t[key] for t in stats['tables'].values())
+               for key in ('inserts', 'samples'))
+
+
+def saved_counts(path: str) -> Counts:
+  """Sums the insert and sample counters the checkpoint at `path` holds.
+
+  The live counters may already be ahead: clients write meanwhile.
+
+  Args:
+    path: a checkpoint folder.
+
+  Returns:
+    `(inserts, samples)` over all tables.
+  """
+  counters = checkpoint_files.read_table_counters(path).values()
+  return (sum(c['inserts'] for c in counters),
+          sum(c['samples'] for c in counters))
+
+
+def check_positive(name: str, value: Any, *, optional: bool = True) -> None:
+  """Checks that a setting is a positive number.
+
+  Args:
+    name: the argument's name, for the message.
+    value: its value.
+    optional: whether None is allowed.
+
+  Raises:
+    ValueError: if `value` is not a positive int or float (or None, when
+      allowed); names the argument and its value.
+  """
+  if value is None and optional:
+    return
+  if value is None:
+    raise ValueError(f'{name} must be a positive number, got None.')
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+      value <= 0:
+    raise ValueError(f'{name} must be None or a positive number, got '
+                     f'{value!r}.')
+
+
+class CheckpointSchedule:
+  """The checkpoint schedule and retry policy of a `ReplayServer`.
+
+  Args:
+    every_s: a checkpoint this many seconds after the last one (None: no
+      time schedule).
+    every_inserts: a checkpoint once this many items were inserted since the
+      last one (None: no insert schedule).
+    max_unsaved_s: a checkpoint once items inserted since the last one are
+      this many seconds old (None: no bound).
+    retry_s: seconds to wait after a failed scheduled checkpoint.
+
+  Attributes:
+    last_checkpoint: the newest checkpoint written or restored, or None.
+    last_counts: `(inserts, samples)` it holds.
+    last_time: `time.monotonic()` when it was written (or serving began).
+    failing_since: `(monotonic time of the first failure, message of the
+      latest)` while scheduled checkpoints fail, else None.
+    retry_at: when a failed scheduled checkpoint may be tried again.
+
+  Raises:
+    ValueError: if an argument is not a positive number (every_inserts: an
+      integer), or `retry_s` is None; names it and its value.
+  """
+
+  def __init__(self, *, every_s: Optional[float],
+               every_inserts: Optional[int], max_unsaved_s: Optional[float],
+               retry_s: float):
+    for name, value in (('checkpoint_every_s', every_s),
+                        ('checkpoint_every_inserts', every_inserts),
+                        ('max_unsaved_s', max_unsaved_s)):
+      check_positive(name, value)
+    check_positive('checkpoint_retry_s', retry_s, optional=False)
+    if every_inserts is not None and not isinstance(every_inserts, int):
+      raise ValueError(f'checkpoint_every_inserts must be an integer, got '
+                       f'{every_inserts!r}.')
+    self._every_s = every_s
+    self._every_inserts = every_inserts
+    self._max_unsaved_s = max_unsaved_s
+    self.retry_s = float(retry_s)
+    self.last_checkpoint = None
+    self.last_counts = None
+    self.last_time = None
+    self.failing_since = None
+    self.retry_at = 0.0
+    # When items were first inserted after the last checkpoint (None: none).
+    self._unsaved_since = None
+
+  def record(self, path: str, counts: Counts, now: float) -> None:
+    """Takes note of a checkpoint written now.
+
+    A checkpoint older than the newest one known (two writers racing) only
+    restarts the clock.
+
+    Args:
+      path: the checkpoint folder.
+      counts: `(inserts, samples)` it holds.
+      now: `time.monotonic()`.
+    """
+    if self.last_checkpoint is None or path > self.last_checkpoint:
+      self.last_checkpoint, self.last_counts = path, counts
+    self.last_time = now
+
+  def holds(self, counts: Counts) -> bool:
+    """Tells whether the last checkpoint holds these counters.
+
+    Args:
+      counts: `(inserts, samples)` now.
+
+    Returns:
+      True if nothing was inserted or sampled since the last checkpoint.
+    """
+    return tuple(counts) == tuple(self.last_counts)
+
+  def due(self, counts: Counts, now: float) -> Optional[str]:
+    """Says whether a scheduled checkpoint should be written now.
+
+    A due checkpoint is skipped (and the clock restarted) while nothing was
+    inserted or sampled since the last one, and postponed until `retry_at`
+    after a failure.
+
+    Args:
+      counts: `(inserts, samples)` now.
+      now: `time.monotonic()`.
+
+    Returns:
+      Why it is due (for the log line), or None.
+    """
+    inserts = counts[0]
+    last_inserts = self.last_counts[0]
+    if inserts == last_inserts:
+      self._unsaved_since = None
+    elif self._unsaved_since is None:
+      self._unsaved_since = now
+    due: List[str] = []
+    if self._every_s and now - self.last_time >= self._every_s:
+      due.append(f'every {self._every_s:g} s')
+    if self._every_inserts and inserts - last_inserts >= self._every_inserts:
+      due.append(f'{inserts - last_inserts} inserts')
+    if (self._max_unsaved_s and self._unsaved_since is not None and
+        now - self._unsaved_since >= self._max_unsaved_s):
+      due.append(f'{inserts - last_inserts} inserts unsaved for '
+                 f'{now - self._unsaved_since:.0f} s')
+    if due and self.holds(counts):
+      self.last_time = now  # Nothing changed: nothing to save.
+      return None
+    if due and now >= self.retry_at:
+      return ' and '.join(due)
+    return None
+
+  def failed(self, error: Exception, now: float) -> None:
+    """Logs a failed scheduled checkpoint and postpones the next try.
+
+    Args:
+      error: what the checkpoint raised.
+      now: `time.monotonic()` when it was tried.
+    """
+    first = now if self.failing_since is None else self.failing_since[0]
+    self.failing_since = (first, str(error))  # The latest cause.
+    self.retry_at = now + self.retry_s
+    logging.error('Scheduled checkpoint failed (retrying in %g s; serving '
+                  'goes on, items since the last checkpoint are not saved '
+                  'yet): %s', self.retry_s, error)
+
+  def succeeded(self, now: float) -> None:
+    """Ends a run of failures (logging how long it lasted), if any.
+
+    Args:
+      now: `time.monotonic()` when the scheduled checkpoint was tried.
+    """
+    if self.failing_since is not None:
+      logging.warning('Checkpointing works again after failing for %.0f s.',
+                      now - self.failing_since[0])
+    self.failing_since, self.retry_at = None, 0.0

@@ -1,0 +1,55 @@
+"""What the `smart-replay-serve` binary runs: load a spec, serve its buffer.
+
+`serve()` builds a `ReplayBufferManager` from a saved `collect_data_spec` and
+gin bindings, wraps it in a `ReplayServer` and serves until asked to stop,
+ending with a final checkpoint.
+"""
+
+from typing import Callable, Optional
+
+import gin
+
+from smart_replay import manager as manager_lib
+from smart_replay.core import specs
+from smart_replay.remote import replay_server
+
+
+@gin.configurable
+def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
+          stop_requested: Callable[[], bool],
+          ready: Callable[[str], None] = print) -> Optional[str]:
+  """Loads a spec file and serves its buffer until asked to stop.
+
+  The buffer's capacity, lengths and tables come from gin bindings of
+  `ReplayBufferManager` (e.g. configs/serve.gin), the schedule from those of
+  `ReplayServer`.
+
+  Args:
+    spec_file: the `collect_data_spec`, saved with `specs.save_spec`.
+    checkpoint_dir: the buffer directory (created or resumed).
+    port: the Reverb port; the control service uses `port + 1` unless
+      `ReplayServer.control_port` is bound.
+    stop_requested: polled; once true, a final checkpoint is written.
+    ready: called with one line giving the addresses once serving.
+
+  Returns:
+    The final checkpoint.
+
+  Raises:
+    ValueError: if the spec or config is invalid or a port is in use.
+    SmartReplayError: if the buffer cannot be created or resumed.
+  """
+  data_spec = specs.load_spec(spec_file)
+  manager = manager_lib.ReplayBufferManager(
+      data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port)
+  server = replay_server.ReplayServer(manager)
+  server.start()
+  try:
+    ready(f'Serving {[c.name for c in manager.table_configs]} at '
+          f'{server.address} (Reverb; control at port {server.control_port}); '
+          f'on this machine: localhost:{server.port}. Checkpoints in '
+          f'{manager.checkpoint_dir}.')
+  except BaseException:
+    server.close(final_checkpoint=False)
+    raise
+  return server.serve_until(stop_requested)

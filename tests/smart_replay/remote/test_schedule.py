@@ -1,0 +1,68 @@
+"""CheckpointSchedule: when a scheduled checkpoint is due, and retries."""
+
+import pytest
+
+from smart_replay.remote import schedule as schedule_lib
+
+
+def _schedule(**kwargs):
+  settings = dict(every_s=None, every_inserts=None, max_unsaved_s=None,
+                  retry_s=30.0)
+  settings.update(kwargs)
+  schedule = schedule_lib.CheckpointSchedule(**settings)
+  schedule.last_counts, schedule.last_time = (0, 0), 0.0
+  return schedule
+
+
+@pytest.mark.unit
+def test_due_by_inserts_time_and_unsaved_age():
+  schedule = _schedule(every_inserts=10, every_s=100, max_unsaved_s=5)
+  assert schedule.due((3, 0), now=1.0) is None
+  assert schedule.due((3, 0), now=6.0) == '3 inserts unsaved for 5 s'
+  assert schedule.due((10, 0), now=6.0) == (
+      '10 inserts and 10 inserts unsaved for 5 s')
+  assert schedule.due((10, 0), now=100.0).startswith('every 100 s and ')
+
+
+@pytest.mark.unit
+def test_nothing_changed_is_not_saved_and_restarts_the_clock():
+  schedule = _schedule(every_s=10)
+  assert schedule.due((0, 0), now=11.0) is None
+  assert schedule.last_time == 11.0
+  assert schedule.due((0, 1), now=15.0) is None  # Only 4 s since.
+  assert schedule.due((0, 1), now=21.0) == 'every 10 s'
+
+
+@pytest.mark.unit
+def test_failure_postpones_the_next_try_until_it_works_again():
+  schedule = _schedule(every_inserts=1, retry_s=30)
+  schedule.failed(OSError('disk full'), now=10.0)
+  assert schedule.failing_since == (10.0, 'disk full')
+  assert schedule.due((5, 0), now=20.0) is None
+  assert schedule.due((5, 0), now=40.0) == '5 inserts'
+  schedule.failed(OSError('still full'), now=40.0)
+  assert schedule.failing_since == (10.0, 'still full')
+  schedule.succeeded(now=70.0)
+  assert schedule.failing_since is None and schedule.retry_at == 0.0
+
+
+@pytest.mark.unit
+def test_record_keeps_the_newest_checkpoint():
+  schedule = _schedule()
+  schedule.record('ckpt-000002', (5, 1), now=3.0)
+  schedule.record('ckpt-000001', (4, 1), now=4.0)  # A slower, older save.
+  assert schedule.last_checkpoint == 'ckpt-000002'
+  assert schedule.last_counts == (5, 1) and schedule.last_time == 4.0
+  assert schedule.holds((5, 1)) and not schedule.holds((6, 1))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize('kwargs, match', [
+    ({'every_s': 0}, 'checkpoint_every_s'),
+    ({'every_inserts': 2.5}, 'checkpoint_every_inserts must be an integer'),
+    ({'retry_s': None}, 'checkpoint_retry_s must be a positive number'),
+    ({'max_unsaved_s': True}, 'max_unsaved_s'),
+])
+def test_bad_settings_are_named(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    _schedule(**kwargs)
