@@ -14,7 +14,7 @@ import gin
 import numpy as np
 
 from smart_replay import manager as manager_lib
-from smart_replay.apps import populate
+from smart_replay.tools import provenance
 
 
 @gin.configurable
@@ -50,8 +50,8 @@ def summarize_buffer(buffer_dir: str, *, batch_size: int = 256
           'batch_shape': tuple(trajectory.observation.shape),
           'sampled_mean_reward': float(np.mean(trajectory.reward.numpy())),
       }
-  if os.path.isfile(os.path.join(buffer_dir, populate.PROVENANCE_NAME)):
-    record = populate.read_provenance(buffer_dir)
+  if os.path.isfile(os.path.join(buffer_dir, provenance.PROVENANCE_NAME)):
+    record = provenance.read_provenance(buffer_dir)
     summary.update({key: record.get(key) for key in (
         'env', 'policy', 'policy_class', 'steps_collected')})
   return summary

@@ -9,30 +9,27 @@ the requested total, and stops cleanly (with a final checkpoint) when asked.
 
 import dataclasses
 import datetime
-import json
 import os
-import re
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Optional
 
 from absl import logging
 import gin
 import numpy as np
-import tqdm
 from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
 
-from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import specs
+from smart_replay.apps import progress as progress_lib
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import factory as policy_factory
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.tools import provenance
 
-PROVENANCE_NAME = 'provenance.json'
-_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
+# Where buffers of a name are found; importable from here too.
+find_buffers = provenance.find_buffers
 
 
 @dataclasses.dataclass
@@ -62,89 +59,6 @@ class PopulateResult:
   provenance: str
 
 
-class _Stop(Exception):
-  """Raised inside the Actor's loop to end collection early."""
-
-
-class _Done(Exception):
-  """Raised inside the Actor's loop when the requested total is reached."""
-
-
-def read_provenance(buffer_dir: str) -> Dict[str, Any]:
-  """Reads the provenance file of a buffer written by this module.
-
-  Args:
-    buffer_dir: a buffer directory.
-
-  Returns:
-    The provenance dict.
-
-  Raises:
-    OSError: if the file cannot be read.
-    ValueError: if it is not valid JSON.
-  """
-  with open(os.path.join(buffer_dir, PROVENANCE_NAME)) as f:
-    return json.load(f)
-
-
-def validate_buffer_name(name: str) -> str:
-  """Checks that `name` is a plain name usable as a directory name.
-
-  Args:
-    name: the proposed buffer name.
-
-  Returns:
-    `name` unchanged.
-
-  Raises:
-    ValueError: if it is empty, contains a path separator or '..', or other
-      characters than letters, digits, '.', '_' and '-'.
-  """
-  if not isinstance(name, str) or not _NAME.match(name) or '..' in name:
-    raise ValueError(
-        f'buffer_name {name!r} is not a plain name: use letters, digits, '
-        "'.', '_' and '-' (starting with a letter or digit), no path "
-        "separators and no '..'.")
-  return name
-
-
-def buffer_dir_name(buffer_name: str, sequence_length: int,
-                    total_steps: int) -> str:
-  """Names a starter buffer's directory after what it holds.
-
-  Args:
-    buffer_name: the plain buffer name.
-    sequence_length: steps per item.
-    total_steps: steps requested in total.
-
-  Returns:
-    e.g. 'office_seq2_2880steps'.
-  """
-  return f'{buffer_name}_seq{sequence_length}_{total_steps}steps'
-
-
-def find_buffers(output_dir: str, buffer_name: str,
-                 sequence_length: int) -> list:
-  """Lists buffer directories of this name and sequence length, any total.
-
-  Args:
-    output_dir: where buffers are created.
-    buffer_name: the plain buffer name.
-    sequence_length: steps per item.
-
-  Returns:
-    Paths of `<buffer_name>_seq<L>_<N>steps` directories holding checkpoints.
-  """
-  pattern = re.compile(rf'^{re.escape(buffer_name)}_seq{sequence_length}_'
-                       r'\d+steps$')
-  if not os.path.isdir(output_dir):
-    return []
-  return sorted(
-      os.path.join(output_dir, name) for name in os.listdir(output_dir)
-      if pattern.match(name) and os.path.isdir(
-          os.path.join(output_dir, name, checkpoints_lib.CHECKPOINTS_DIR)))
-
-
 def derived_seed(seed: int, session: int) -> int:
   """Returns the seed for session `session` of a buffer seeded with `seed`.
 
@@ -161,80 +75,6 @@ def derived_seed(seed: int, session: int) -> int:
     return seed
   return int(np.random.SeedSequence([seed, session]).generate_state(1)[0]
              & 0x7FFFFFFF)
-
-
-class _Progress:
-  """The Actor's observer: writes the step, counts it, shows progress, stops.
-
-  It calls the manager's observer itself, first: `tf_agents.train.Actor`
-  de-duplicates its observers through a set, so their order is arbitrary, and
-  a step counted (or a stop raised) before it is written would be lost.
-  """
-
-  def __init__(self, observer: Callable[[Any], None], *, total: int,
-               done: int, episodes: int, label: str,
-               manager: manager_lib.ReplayBufferManager, capacity: int,
-               show_progress: bool, log_every_s: float,
-               stop_requested: Optional[Callable[[], bool]]):
-    self._observer = observer
-    self.steps = done
-    self.episodes = episodes
-    self._total = total
-    self._start_steps, self._start_time = done, time.monotonic()
-    self._label = label
-    self._manager = manager
-    self._capacity = capacity
-    self._stop_requested = stop_requested
-    self._log_every_s = log_every_s
-    self._last_check = self._last_log = self._start_time
-    self._warned_full = False
-    self._items = 0
-    self._bar = tqdm.tqdm(total=total, initial=done, unit='step', desc=label,
-                          dynamic_ncols=True) if show_progress else None
-
-  def __call__(self, trajectory) -> None:
-    self._observer(trajectory)
-    if bool(np.asarray(trajectory.is_boundary())):
-      self.episodes += 1
-    else:
-      self.steps += 1
-      if self._bar is not None:
-        self._bar.update(1)
-      if self.steps >= self._total:
-        raise _Done()
-    now = time.monotonic()
-    if now - self._last_check >= 1.0:
-      self._last_check = now
-      self.refresh(now)
-    if self._stop_requested is not None and self._stop_requested():
-      raise _Stop()
-
-  def refresh(self, now: Optional[float] = None) -> None:
-    """Reads the buffer size, warns once when full, updates the display."""
-    now = time.monotonic() if now is None else now
-    self._items = self._manager.num_frames()
-    if self._items >= self._capacity and not self._warned_full:
-      self._warned_full = True
-      logging.warning(
-          'The buffer is full (%d items = capacity): from now on each new item '
-          'evicts the oldest one. Raise --capacity to keep everything.',
-          self._capacity)
-    if self._bar is not None:
-      self._bar.set_postfix(episodes=self.episodes, items=self._items)
-    elif now - self._last_log >= self._log_every_s:
-      self._last_log = now
-      rate = (self.steps - self._start_steps) / max(now - self._start_time,
-                                                    1e-9)
-      eta = (self._total - self.steps) / rate if rate else float('inf')
-      logging.info('%s: %d/%d steps (%.0f%%), %.0f steps/s, %d episodes, %d '
-                   'items, ETA %.0f s', self._label, self.steps, self._total,
-                   100.0 * self.steps / self._total, rate, self.episodes,
-                   self._items, eta)
-
-  def close(self) -> None:
-    """Closes the progress bar."""
-    if self._bar is not None:
-      self._bar.close()
 
 
 def _now() -> str:
@@ -292,7 +132,7 @@ def populate_starter_buffer(
     PrefillWouldBlockError: if a table's rate limiter would block the writes
       (nothing samples while populating); the message says how to fix it.
   """
-  validate_buffer_name(buffer_name)
+  provenance.validate_buffer_name(buffer_name)
   for name, value in (('capacity', capacity), ('steps_per_run', steps_per_run),
                       ('num_runs', num_runs),
                       ('sequence_length', sequence_length)):
@@ -303,8 +143,8 @@ def populate_starter_buffer(
                      'the existing buffer, overwrite replaces it.')
   total = steps_per_run * num_runs
   output_dir = os.path.abspath(output_dir)
-  buffer_dir = os.path.join(output_dir, buffer_dir_name(buffer_name,
-                                                        sequence_length, total))
+  buffer_dir = os.path.join(output_dir, provenance.buffer_dir_name(
+      buffer_name, sequence_length, total))
   environment = env_factory.make_environment(env, seed=seed)
   baseline = policy_factory.make_policy(policy, env=environment, seed=seed)
   renamed_from = _find_buffer_to_resume(output_dir, buffer_name,
@@ -329,7 +169,7 @@ def populate_starter_buffer(
 
 def _find_buffer_to_resume(output_dir, buffer_name, sequence_length,
                            buffer_dir) -> Optional[str]:
-  """Finds the buffer `--resume` means; renames it for a new total.
+  """Finds the buffer `resume=True` means; renames it for a new total.
 
   Returns:
     Its old path if it was renamed to `buffer_dir`, else None.
@@ -337,10 +177,10 @@ def _find_buffer_to_resume(output_dir, buffer_name, sequence_length,
   found = find_buffers(output_dir, buffer_name, sequence_length)
   if len(found) > 1:
     raise ValueError(
-        f'--resume is ambiguous: {len(found)} buffers named {buffer_name!r} '
+        f'cannot resume: {len(found)} buffers named {buffer_name!r} '
         f'with sequence_length={sequence_length} exist: {found}. Keep one.')
   if not found:
-    logging.warning('--resume: no buffer named %r with sequence_length=%d in '
+    logging.warning('Resuming: no buffer named %r with sequence_length=%d in '
                     '%s yet; starting a new one.', buffer_name,
                     sequence_length, output_dir)
     return None
@@ -357,7 +197,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
               seed, overwrite, resume, checkpoint_every_run, show_progress,
               log_every_s, stop_requested) -> PopulateResult:
   """The body of `populate_starter_buffer`, once the buffer is located."""
-  provenance_path = os.path.join(buffer_dir, PROVENANCE_NAME)
+  provenance_path = os.path.join(buffer_dir, provenance.PROVENANCE_NAME)
   identity = {'env': env, 'policy': policy,
               'policy_class': type(baseline).__name__}
   manager = manager_lib.ReplayBufferManager(
@@ -370,8 +210,9 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
     if manager.existing_checkpoints() and not overwrite:
       if not resume:
         raise errors.CheckpointExistsError(
-            f'starter buffer {buffer_dir} already exists; pass --resume to '
-            f'continue it up to {total} steps, or --overwrite to replace it.')
+            f'starter buffer {buffer_dir} already exists; pass resume=True '
+            f'to continue it up to {total} steps, or overwrite=True to '
+            'replace it.')
       _, observer = manager.load_replay_buffer()
       stored = manager.loaded_manifest.get('extra', {}).get('populate', {})
       mismatched = [(key, stored.get(key), value)
@@ -379,13 +220,14 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
                     if stored.get(key) != value]
       if mismatched:
         raise ValueError(
-            f'--resume: {buffer_dir} was collected with other settings:\n'
+            f'cannot resume {buffer_dir}: it was collected with other '
+            'settings:\n'
             + manifest_lib.format_differences(mismatched, 'buffer', 'now')
-            + '\nResume with the same env and policy, or pass --overwrite.')
+            + '\nResume with the same env and policy, or pass overwrite=True.')
       state.update(stored, total_steps=total)
       if total > state['steps']:
         manager.check_prefill(total - state['steps'])
-      sessions = _read_sessions(buffer_dir)
+      sessions = provenance.read_sessions(buffer_dir)
       seed_now = derived_seed(seed, len(sessions))
       # A new session must not replay the first one's random stream.
       environment = env_factory.make_environment(env, seed=seed_now)
@@ -409,7 +251,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
                'steps_before': state['steps'], 'resumed': bool(sessions),
                'gin_config': gin.operative_config_str(), **identity}
     started = time.monotonic()
-    progress = _Progress(
+    progress = progress_lib.Progress(
         observer, total=total, done=state['steps'], episodes=state['episodes'],
         label=buffer_name, manager=manager, capacity=capacity,
         show_progress=show_progress, log_every_s=log_every_s,
@@ -427,11 +269,11 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
                      seconds=round(time.monotonic() - started, 3),
                      steps=state['steps'] - session['steps_before'],
                      checkpoint=checkpoint)
-      _write_provenance(provenance_path, manager, sessions + [session],
-                        state=state, buffer_name=buffer_name, seed=seed,
-                        capacity=capacity, sequence_length=sequence_length,
-                        steps_per_run=steps_per_run, num_runs=num_runs,
-                        interrupted=interrupted)
+      provenance.write_provenance(
+          provenance_path, manager, sessions + [session], state=state,
+          buffer_name=buffer_name, seed=seed, capacity=capacity,
+          sequence_length=sequence_length, steps_per_run=steps_per_run,
+          num_runs=num_runs, interrupted=interrupted)
 
     try:
       while state['steps'] < total:
@@ -443,9 +285,9 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
           break
         try:
           collect.run()
-        except _Stop:
+        except progress_lib.StopCollection:
           interrupted = True
-        except _Done:
+        except progress_lib.TotalReached:
           pass
         state['steps'], state['episodes'] = progress.steps, progress.episodes
         state['runs'] = state['steps'] // steps_per_run
@@ -461,7 +303,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
     if stats['short_episodes']:
       logging.warning(
           '%d episodes (%d steps) were shorter than sequence_length=%d and '
-          'made no item; lower --sequence_length to keep them.',
+          'made no item; lower sequence_length to keep them.',
           stats['short_episodes'], stats['short_episode_steps'],
           sequence_length)
     items = manager.num_frames()
@@ -469,48 +311,3 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
       buffer_dir=buffer_dir, checkpoint=checkpoint, steps=state['steps'],
       total_steps=total, episodes=state['episodes'], runs=state['runs'],
       items=items, interrupted=interrupted, provenance=provenance_path)
-
-
-def _read_sessions(buffer_dir: str):
-  try:
-    return read_provenance(buffer_dir).get('sessions', [])
-  except (OSError, ValueError) as e:
-    logging.warning('Could not read the provenance of %s (%s); its session '
-                    'history restarts.', buffer_dir, e)
-    return []
-
-
-def _write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
-                      sessions, *, state: Dict[str, Any], interrupted: bool,
-                      **settings) -> None:
-  """Writes provenance.json atomically."""
-  stats = manager.stats()
-  table = next(iter(stats['tables'].values()))
-  seconds = sum(s.get('seconds', 0.0) for s in sessions)
-  provenance = {
-      **settings,
-      'env': state['env'],
-      'policy': state['policy'],
-      'policy_class': state['policy_class'],
-      'buffer_dir': manager.checkpoint_dir,
-      'total_steps_requested': state['total_steps'],
-      'steps_collected': state['steps'],
-      'episodes_collected': state['episodes'],
-      'runs_completed': state['runs'],
-      'complete': state['steps'] >= state['total_steps'],
-      'interrupted': interrupted,
-      'items': table['items'],
-      'evicted_items': max(table['inserts'] - table['items'], 0),
-      'env_steps_written': stats['env_steps'],
-      'short_episodes_this_session': stats['short_episodes'],
-      'short_episode_steps_this_session': stats['short_episode_steps'],
-      'seconds': round(seconds, 3),
-      'steps_per_second': round(
-          sum(s.get('steps', 0) for s in sessions) / seconds, 1)
-                          if seconds else None,
-      'sessions': sessions,
-      'gin_config': sessions[-1]['gin_config'],
-      'data_spec': specs.spec_to_json(manager.data_spec)['leaves'],
-      'versions': manifest_lib.package_versions(),
-  }
-  manifest_lib.write(path, provenance)  # Atomic JSON write.

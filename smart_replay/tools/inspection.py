@@ -16,9 +16,9 @@ import reverb
 from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.remote import control as control_lib
 from smart_replay import errors
-from smart_replay.apps import populate
 from smart_replay.core import local_server as server_lib
 from smart_replay.core import specs
+from smart_replay.tools import provenance as provenance_lib
 
 
 def _limiter(config: Dict[str, Any]) -> str:
@@ -93,7 +93,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
         'max_times_sampled': config['max_times_sampled']}
   buffer_dir = checkpoints_lib.buffer_dir_of(newest['path'])
   try:
-    provenance = populate.read_provenance(buffer_dir)
+    provenance = provenance_lib.read_provenance(buffer_dir)
   except (OSError, ValueError):
     provenance = None
   return {'source': os.path.abspath(source),
