@@ -1,5 +1,8 @@
 """Figures of what a buffer holds (matplotlib, headless).
 
+matplotlib is an optional extra (`pip install smart_replay[plots]`); it is
+imported when a figure is drawn.
+
 `plot_buffer(source, path)` reads the newest checkpoint's items once (no
 server) and draws: the reward histogram, episode return and length
 distributions, the value range of every observation dimension, and, for each
@@ -9,9 +12,6 @@ prioritized table, a histogram of item priorities.
 import os
 from typing import List, Optional
 
-import matplotlib
-matplotlib.use('Agg')
-from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 from tf_agents.trajectories import time_step as ts
 
@@ -21,6 +21,26 @@ from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import specs
 
 _LAST = int(ts.StepType.LAST)
+
+
+def _pyplot():
+  """Imports matplotlib's pyplot with the headless Agg backend.
+
+  Returns:
+    The `matplotlib.pyplot` module.
+
+  Raises:
+    ImportError: if matplotlib is not installed; names the extra to install.
+  """
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        'plotting a buffer needs matplotlib, an optional extra: pip install '
+        "'smart_replay[plots]'") from e
+  matplotlib.use('Agg')
+  from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  return pyplot
 
 
 def plot_buffer(source: str, output_png: str, *,
@@ -41,7 +61,9 @@ def plot_buffer(source: str, output_png: str, *,
       checkpoint.
     ValueError: if `table` is unknown or the buffer has no sequence table.
       (An empty table gives empty panels.)
+    ImportError: if matplotlib (the `plots` extra) is not installed.
   """
+  plt = _pyplot()
   path, manifest = checkpoints_lib.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
   table = manifest_lib.sequence_table(manifest, table)

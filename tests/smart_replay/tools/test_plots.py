@@ -1,5 +1,7 @@
 """plot_buffer writes a real PNG with the expected panels."""
 
+import sys
+
 from matplotlib import image
 import pytest
 
@@ -42,3 +44,10 @@ def test_plot_without_prioritized_table_has_four_panels(make_manager,
   empty.create_replay_buffer()
   empty.checkpoint()
   assert len(plots.plot_buffer(str(tmp_path / 'empty'), out)) == 4
+
+
+@pytest.mark.unit
+def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path):
+  monkeypatch.setitem(sys.modules, 'matplotlib', None)
+  with pytest.raises(ImportError, match=r'smart_replay\[plots\]'):
+    plots.plot_buffer(str(tmp_path / 'none'), str(tmp_path / 'x.png'))
