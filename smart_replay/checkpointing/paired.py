@@ -16,6 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from absl import logging
 import gin
 import tensorflow as tf
+from tf_agents.train import interval_trigger
 
 from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.checkpointing import durable
@@ -195,14 +196,15 @@ class PairedCheckpointer:
                        f'{keep!r}.')
     self._manager = manager
     self._train_step = train_step
-    self._interval = interval
     self._checkpoint = tf.train.Checkpoint(train_step=train_step, **trackables)
     self._agent_manager = tf.train.CheckpointManager(
         self._checkpoint, agent_dir,
         max_to_keep=keep or manager.keep_checkpoints + 1)
-    # Count the interval from the current step (0 for a new run); the Learner
-    # also calls set_start() when it is built.
-    self._last_saved = int(train_step.numpy())
+    self._saved = None  # What the trigger's last save returned.
+    # Counts the interval from the current step (0 for a new run); the
+    # Learner also calls set_start() when it is built.
+    self._trigger = interval_trigger.IntervalTrigger(
+        interval, self._save_on_trigger, start=int(train_step.numpy()))
 
   def set_start(self, train_step: int) -> None:
     """Counts the interval from `train_step` (called by `Learner`).
@@ -210,7 +212,7 @@ class PairedCheckpointer:
     Args:
       train_step: the step training starts or resumes at.
     """
-    self._last_saved = int(train_step)
+    self._trigger.set_start(int(train_step))
 
   def __call__(self, train_step: Optional[int] = None,
                force_trigger: bool = False) -> Optional[Pair]:
@@ -223,11 +225,16 @@ class PairedCheckpointer:
     Returns:
       The saved `Pair`, or None if it was not time yet.
     """
+    if force_trigger:
+      return self.save()
     step = int(self._train_step.numpy()) if train_step is None else int(
         train_step)
-    if force_trigger or step - self._last_saved >= self._interval:
-      return self.save()
-    return None
+    self._saved = None
+    self._trigger(step)
+    return self._saved
+
+  def _save_on_trigger(self) -> None:
+    self._saved = self.save()
 
   def save(self) -> Pair:
     """Saves the buffer (with the train step in its manifest), then the agent.
@@ -238,7 +245,7 @@ class PairedCheckpointer:
     step = int(self._train_step.numpy())
     buffer_path = self._manager.checkpoint(extra={'train_step': step})
     agent_path = self._agent_manager.save(checkpoint_number=step)
-    self._last_saved = step
+    self._trigger.set_start(step)
     logging.info('Saved the buffer and the agent at train step %d.', step)
     return Pair(step, buffer_path, agent_path)
 
@@ -262,4 +269,4 @@ class PairedCheckpointer:
       raise errors.CheckpointCorruptError(
           f'agent checkpoint {pair.agent_checkpoint} does not match this '
           f'agent: {e}') from e
-    self._last_saved = pair.train_step
+    self._trigger.set_start(pair.train_step)
