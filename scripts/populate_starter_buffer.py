@@ -52,7 +52,7 @@ flags.DEFINE_boolean('checkpoint_every_run', True,
                      'Checkpoint after every run (not only at the end).')
 flags.DEFINE_boolean('quiet', False, 'Log lines instead of a progress bar.')
 flags.mark_flag_as_required('buffer_name')
-# The original tool's spellings.
+# Hyphenated spellings, also accepted.
 flags.DEFINE_alias('buffer-name', 'buffer_name')
 flags.DEFINE_alias('steps-per-run', 'steps_per_run')
 flags.DEFINE_alias('num-runs', 'num_runs')
@@ -82,7 +82,8 @@ def main(argv):
           buffer_name=FLAGS.buffer_name, show_progress=not FLAGS.quiet,
           stop_requested=stop, **given),
       quit_message='Quit without a final checkpoint; the last completed '
-      'checkpoint loads, and --resume continues from it.')
+      'checkpoint loads, and --resume continues from it.',
+      flag_names=_OPTIONAL)
   if exit_code is not None:
     return exit_code
   if result.interrupted:

@@ -74,7 +74,8 @@ def main(argv):
           starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
           stop_requested=stop, **given),
       quit_message='Quit without a final checkpoint; --resume continues from '
-      'the last paired checkpoint.')
+      'the last paired checkpoint.',
+      flag_names=_OPTIONAL)
   if exit_code is not None:
     return exit_code
   record = dataclasses.asdict(result)

@@ -6,9 +6,10 @@ report bad input as `error: ...` with exit code 2, and ignore late signals once
 the work is done so the exit code stays what it should be.
 """
 
+import re
 import signal
 import sys
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from absl import logging
 
@@ -67,7 +68,29 @@ def interrupted_exit_code(stop: StopRequest) -> int:
   return 128 + (stop.signal or signal.SIGINT)
 
 
-def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str
+def as_flags(message: str, names: Iterable[str]) -> str:
+  """Spells the function arguments a library message names as flags.
+
+  `resume=True` becomes `--resume`, `resume=False` `--noresume`, and
+  `name=...` `--name=...`, for each of `names`.
+
+  Args:
+    message: an error message naming function arguments.
+    names: the arguments that are also flags of the binary.
+
+  Returns:
+    The message as a command-line user reads it.
+  """
+  for name in names:
+    unflagged = rf'(?<![\w-]){re.escape(name)}='
+    message = re.sub(unflagged + r'True\b', f'--{name}', message)
+    message = re.sub(unflagged + r'False\b', f'--no{name}', message)
+    message = re.sub(unflagged, f'--{name}=', message)
+  return message
+
+
+def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
+                  flag_names: Iterable[str] = ()
                   ) -> Tuple[Optional[Any], Optional[int], StopRequest]:
   """Runs `work(stop)` with SIGINT/SIGTERM turned into a `StopRequest`.
 
@@ -75,6 +98,8 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str
     work: called with the `StopRequest` to poll (pass it as
       `stop_requested`).
     quit_message: printed to stderr when a second signal quits at once.
+    flag_names: arguments of `work`'s library call that are flags of the
+      binary; error messages name them as flags (see `as_flags`).
 
   Returns:
     `(result, exit_code, stop)`: `exit_code` is None when `work` returned
@@ -88,7 +113,7 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str
   try:
     return work(stop), None, stop
   except (ValueError, errors.SmartReplayError) as e:
-    print(f'error: {e}', file=sys.stderr)
+    print(f'error: {as_flags(str(e), flag_names)}', file=sys.stderr)
     return None, EXIT_BAD_INPUT, stop
   except OSError as e:
     where = f'cannot use {e.filename!r}: ' if e.filename else ''

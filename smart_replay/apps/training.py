@@ -27,6 +27,7 @@ import tensorflow as tf
 from tf_agents.metrics import py_metrics
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.train import actor
+from tf_agents.train import interval_trigger
 from tf_agents.train import learner
 from tf_agents.train.utils import train_utils
 
@@ -34,9 +35,9 @@ from smart_replay.apps import agents
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import paired as paired_checkpoint
-from smart_replay.apps import populate
-from smart_replay.core import specs
 from smart_replay.apps.envs import factory as env_factory
+from smart_replay.core import specs
+from smart_replay.tools import provenance
 
 BUFFER_DIR = 'buffer'
 AGENT_DIR = 'agent'
@@ -73,6 +74,9 @@ class TrainResult:
 class BufferSummaries:
   """A Learner trigger writing the buffer's stats as TensorBoard scalars.
 
+  It writes at its first call, then once `interval` train steps have passed
+  since the last write (or when forced).
+
   Args:
     manager: the started buffer manager.
     summary_dir: where the event file goes (beside the agent's summaries).
@@ -83,8 +87,10 @@ class BufferSummaries:
                summary_dir: str, interval: int):
     self._manager = manager
     self._writer = tf.summary.create_file_writer(summary_dir)
-    self._interval = interval
-    self._last = None
+    self._step = None  # The step being written.
+    # Started an interval before step 0, so the first call writes.
+    self._trigger = interval_trigger.IntervalTrigger(
+        interval, self._write, start=-interval)
 
   def __call__(self, train_step: int, force_trigger: bool = False) -> None:
     """Writes buffer/{items,inserts,samples,episodes,env_steps} at a step.
@@ -93,27 +99,31 @@ class BufferSummaries:
       train_step: the current train step.
       force_trigger: write regardless of the interval.
     """
-    if not force_trigger and self._last is not None and (
-        train_step - self._last < self._interval):
-      return
-    self._last = train_step
+    self._step = int(train_step)
+    if force_trigger:
+      self._trigger.set_start(self._step)
+      self._write()
+    else:
+      self._trigger(self._step)
+
+  def _write(self) -> None:
     stats = self._manager.stats()
     table = next(iter(stats['tables'].values()))
     with self._writer.as_default():
       for name in ('items', 'inserts', 'samples', 'episodes'):
-        tf.summary.scalar(f'buffer/{name}', table[name], step=train_step)
+        tf.summary.scalar(f'buffer/{name}', table[name], step=self._step)
       tf.summary.scalar('buffer/env_steps', stats['env_steps'],
-                        step=train_step)
+                        step=self._step)
     self._writer.flush()
 
 
 def _starter_env(starter_dir: str) -> str:
   try:
-    return populate.read_provenance(starter_dir)['env']
+    return provenance.read_provenance(starter_dir)['env']
   except (OSError, ValueError, KeyError) as e:
     raise ValueError(
         f'cannot tell which environment {starter_dir} was collected in: its '
-        f'{populate.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
+        f'{provenance.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
         'env= explicitly.') from None
 
 
@@ -229,8 +239,8 @@ def train_from_starter(
     elif (manager.existing_checkpoints() or
           paired_checkpoint.agent_checkpoints(agent_dir)) and not overwrite:
       raise errors.CheckpointExistsError(
-          f'{run_dir} already holds a run; pass --resume to continue it or '
-          '--overwrite to start again.')
+          f'{run_dir} already holds a run; pass resume=True to continue it '
+          'or overwrite=True to start again.')
     if pair is None:
       manager.load_replay_buffer(starter_dir, overwrite=overwrite)
       # Only once the new buffer is up. The Learner restores from its own

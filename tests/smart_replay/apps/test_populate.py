@@ -74,7 +74,7 @@ def test_provenance_records_what_ran(tmp_path):
 def test_existing_buffer_is_refused_unless_overwrite(tmp_path):
   first = _populate(tmp_path, num_runs=1)
   with pytest.raises(smart_replay.CheckpointExistsError,
-                     match='--resume.*--overwrite'):
+                     match='resume=True.*overwrite=True'):
     _populate(tmp_path, num_runs=1)
   second = _populate(tmp_path, num_runs=1, overwrite=True, seed=5)
   assert second.buffer_dir == first.buffer_dir

@@ -76,7 +76,7 @@ def test_starter_that_does_not_fit_the_agent_lists_differences(tmp_path):
 
 def test_existing_run_is_refused(cartpole_starter, tmp_path):
   _train(cartpole_starter, tmp_path / 'run', num_train_steps=50)
-  with pytest.raises(smart_replay.CheckpointExistsError, match='--resume'):
+  with pytest.raises(smart_replay.CheckpointExistsError, match='resume=True'):
     _train(cartpole_starter, tmp_path / 'run', num_train_steps=50)
   again = _train(cartpole_starter, tmp_path / 'run', num_train_steps=50,
                  overwrite=True)
