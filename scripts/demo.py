@@ -30,6 +30,9 @@ def main(argv):
 
   Returns:
     0, or 2 if the buffer cannot be loaded.
+
+  Raises:
+    app.UsageError: if arguments are left over.
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')

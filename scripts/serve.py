@@ -48,6 +48,9 @@ def main(argv):
 
   Returns:
     The process exit code (see the module docstring).
+
+  Raises:
+    app.UsageError: if arguments are left over.
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')

@@ -34,7 +34,11 @@ class StopRequest:
     self.signal = None
 
   def __call__(self) -> bool:
-    """Returns True once a stop was requested."""
+    """Tells whether a stop was requested.
+
+    Returns:
+      True once a signal arrived.
+    """
     return self.signal is not None
 
   def handle(self, signum: int, frame=None) -> None:

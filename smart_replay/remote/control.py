@@ -29,12 +29,40 @@ Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
 def default_control_port(reverb_port: int) -> int:
-  """The control port a server on `reverb_port` uses unless told otherwise."""
+  """The control port a server on `reverb_port` uses unless told otherwise.
+
+  Args:
+    reverb_port: the Reverb port.
+
+  Returns:
+    The Reverb port + 1.
+  """
   return reverb_port + 1
 
 
+def check_port(name: str, port: int) -> None:
+  """Checks that `port` is a TCP port number.
+
+  Args:
+    name: the argument's name, for the message.
+    port: its value.
+
+  Raises:
+    ValueError: if it is not an integer in 1..65535; names the argument.
+  """
+  if isinstance(port, bool) or not isinstance(port, int) or \
+      not 0 < port < 65536:
+    raise ValueError(f'{name} must be None or a TCP port, got {port!r}.')
+
+
 def control_address_for(server_address: str) -> str:
-  """'host:port+1' for a Reverb `server_address` 'host:port'.
+  """The default control address of a Reverb server.
+
+  Args:
+    server_address: the Reverb server's 'host:port'.
+
+  Returns:
+    'host:port+1'.
 
   Raises:
     ValueError: if `server_address` is not 'host:port'.
@@ -106,7 +134,11 @@ class ControlServer:
     return call
 
   def stop(self, grace_s: float = 5.0) -> None:
-    """Stops serving; calls in progress get `grace_s` seconds to finish."""
+    """Stops serving; calls in progress get some time to finish.
+
+    Args:
+      grace_s: seconds the calls in progress get.
+    """
     self._server.stop(grace_s).wait(grace_s + 1)
 
 

@@ -95,11 +95,8 @@ class ReplayServer:
     if on_existing not in ON_EXISTING:
       raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
                        f'{on_existing!r}.')
-    if control_port is not None and (isinstance(control_port, bool) or
-                                     not isinstance(control_port, int) or
-                                     not 0 < control_port < 65536):
-      raise ValueError(f'control_port must be None or a TCP port, got '
-                       f'{control_port!r}.')
+    if control_port is not None:
+      control_lib.check_port('control_port', control_port)
     self._manager = manager
     self._control_port = control_port
     self._log_every_s = float(log_every_s)
@@ -111,8 +108,6 @@ class ReplayServer:
     self._restart_loss = None
     self._recorded_inserts = None
     self._instance = None
-
-  # ----------------------------------------------------------------- start-up
 
   def start(self) -> 'ReplayServer':
     """Creates or resumes the buffer and starts the control service.
@@ -212,8 +207,6 @@ class ReplayServer:
   def last_checkpoint(self) -> Optional[str]:
     """The newest checkpoint written or resumed (None before the first)."""
     return self._schedule.last_checkpoint
-
-  # ------------------------------------------------------------ checkpointing
 
   def _record(self, inserts: int, *, clean: bool) -> None:
     """Updates `serving_record` (a failure is logged: serving goes on)."""
@@ -336,8 +329,6 @@ class ReplayServer:
       raise
     return self.close()
 
-  # ---------------------------------------------------------------- lifecycle
-
   def close(self, *, final_checkpoint: bool = True) -> Optional[str]:
     """Writes a final checkpoint (if anything changed), stops serving.
 
@@ -395,6 +386,12 @@ class ReplayServer:
     return self.start()
 
   def __exit__(self, exc_type, exc_value, traceback) -> None:
-    """Closes the server: with a final checkpoint unless the block failed."""
+    """Closes the server: with a final checkpoint unless the block failed.
+
+    Args:
+      exc_type: the exception the block raised, or None.
+      exc_value: unused.
+      traceback: unused.
+    """
     self.close(final_checkpoint=exc_type is None)
 

@@ -214,11 +214,19 @@ class ThermalZoneEnv(py_environment.PyEnvironment):
   # -- PyEnvironment -----------------------------------------------------------
 
   def observation_spec(self):
-    """Returns float32[5]: indoor °C, outdoor °C, hour sin, hour cos, occupied."""
+    """The observation spec.
+
+    Returns:
+      float32[5]: indoor °C, outdoor °C, hour sin, hour cos, occupied.
+    """
     return self._observation_spec
 
   def action_spec(self):
-    """Returns float32[1] in [-1, 1]: HVAC power, positive heats."""
+    """The action spec.
+
+    Returns:
+      float32[1] in [-1, 1]: HVAC power, positive heats.
+    """
     return self._action_spec
 
   def _observe(self) -> np.ndarray:
