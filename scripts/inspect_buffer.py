@@ -85,7 +85,8 @@ def main(argv):
     raise app.UsageError('give one buffer directory, checkpoint folder, '
                          f'data set or host:port; got {argv[1:]}')
   _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1]),
-                                      quit_message='Interrupted.')
+                                      quit_message='Interrupted.',
+                                      flag_names=('overwrite', 'table'))
   return exit_code or 0
 
 

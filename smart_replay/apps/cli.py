@@ -121,7 +121,8 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
     return None, EXIT_BAD_INPUT, stop
   except OSError as e:
     where = f'cannot use {e.filename!r}: ' if e.filename else ''
-    print(f'error: {where}{e.strerror or e}', file=sys.stderr)
+    print(f'error: {where}{as_flags(str(e.strerror or e), flag_names)}',
+          file=sys.stderr)
     return None, EXIT_BAD_INPUT, stop
   except KeyboardInterrupt:
     print(quit_message, file=sys.stderr)

@@ -191,7 +191,7 @@ def _prepare(output: str, overwrite: bool, *, is_file: bool = False) -> None:
   if os.path.exists(output):
     if not overwrite:
       raise FileExistsError(f'{output} already exists; pass overwrite=True '
-                            '(--overwrite) to replace it.')
+                            'to replace it.')
     if os.path.isdir(output) and not is_file:
       shutil.rmtree(output)
     else:

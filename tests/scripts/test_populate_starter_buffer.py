@@ -31,7 +31,7 @@ def _load(source):
   return manager
 
 
-def test_console_script_with_the_original_dashed_flags(tmp_path):
+def test_console_script_with_hyphenated_flags(tmp_path):
   result = _run([CONSOLE_SCRIPT, '--buffer-name=office', '--steps-per-run=100',
                  '--num-runs', '3', f'--output_dir={tmp_path}', '--quiet'])
   assert result.returncode == 0, result.stderr[-3000:]
