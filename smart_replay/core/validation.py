@@ -67,6 +67,21 @@ def _as_array(value):
   return value.numpy() if hasattr(value, 'numpy') else np.asarray(value)
 
 
+def check_num_envs(num_envs: Optional[int]) -> None:
+  """Checks an observer's `num_envs`.
+
+  Args:
+    num_envs: None (unbatched steps) or the environments per step.
+
+  Raises:
+    ValueError: unless it is None or an integer >= 1.
+  """
+  if num_envs is not None and (isinstance(num_envs, bool) or
+                               not isinstance(num_envs, int) or num_envs < 1):
+    raise ValueError(f'num_envs must be None (unbatched) or an integer >= 1, '
+                     f'got {num_envs!r}.')
+
+
 class _ValueCheck(NamedTuple):
   """What is checked in the values of one field, to describe a failure.
 
@@ -112,10 +127,7 @@ class StepValidator:
 
   def __init__(self, data_spec: Any, *, num_envs: Optional[int] = None,
                non_finite: str = 'error', float_bounds: str = 'warn'):
-    if num_envs is not None and (isinstance(num_envs, bool) or
-                                 not isinstance(num_envs, int) or num_envs < 1):
-      raise ValueError(f'num_envs must be None (unbatched) or an integer >= 1, '
-                       f'got {num_envs!r}.')
+    check_num_envs(num_envs)
     for name, value in (('non_finite', non_finite),
                         ('float_bounds', float_bounds)):
       if not isinstance(value, str) or value not in VALUE_POLICIES:
