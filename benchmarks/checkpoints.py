@@ -1,0 +1,124 @@
+"""Checkpoint and restore: seconds and bytes of each buffer's save."""
+
+import concurrent.futures
+import os
+import time
+from typing import Any, Dict
+
+from absl import logging
+import reverb
+
+from smart_replay.checkpointing import layout
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.checkpointing import store as checkpoint_store
+from smart_replay.core import local_server as server_lib
+from smart_replay_benchmarks import servers as servers_lib
+from smart_replay_benchmarks import workload as workload_lib
+
+_CHECKPOINT_TIMEOUT_S = 1800.0
+
+
+def _folder_bytes(path: str) -> int:
+  """Bytes of the files in the folder `path`."""
+  return sum(os.path.getsize(os.path.join(path, name))
+             for name in os.listdir(path))
+
+
+def _reverb_checkpoint(client: reverb.Client, name: str) -> str:
+  """Reverb's save of a buffer, bounded by `_CHECKPOINT_TIMEOUT_S`.
+
+  Args:
+    client: a client of the buffer's server.
+    name: the buffer's name, for the timeout's message.
+
+  Returns:
+    The folder Reverb wrote.
+
+  Raises:
+    TimeoutError: if the save takes longer than `_CHECKPOINT_TIMEOUT_S`.
+  """
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  try:
+    return server_lib.wait_for_checkpoint(
+        pool.submit(client.checkpoint), timeout_s=_CHECKPOINT_TIMEOUT_S,
+        where=f'the {name} buffer\'s server')
+  finally:
+    pool.shutdown(wait=False)  # A timed-out save must not block here.
+
+
+def _commit_like_the_manager(reverb_path: str, spec: Any, capacity: int,
+                             items: int, root: str) -> str:
+  """What `ReplayBufferManager.checkpoint()` adds to Reverb's save.
+
+  Moves the folder to a numbered checkpoint, fingerprints every file and
+  writes the manifest.
+
+  Args:
+    reverb_path: the folder Reverb's save wrote.
+    spec: the step spec.
+    capacity: the table's max_size.
+    items: the items in the table.
+    root: the checkpoint store's root.
+
+  Returns:
+    The committed checkpoint folder.
+  """
+  config = manifest_lib.build_config(
+      data_spec=spec, sequence_length=workload_lib.SEQUENCE_LENGTH,
+      stride_length=1, capacity=capacity,
+      table_configs=[workload_lib.table_config(capacity)])
+  counts = {'tables': {workload_lib.TABLE: {'items': items}}, 'env_steps': 0,
+            'episodes': 0}
+  return checkpoint_store.CheckpointStore(root).commit(
+      reverb_path, lambda name, files: manifest_lib.build_manifest(
+          config, counts=counts, files=files, checkpoint_name=name))
+
+
+def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
+                        servers: Dict[str, servers_lib.ServerProcess],
+                        work: str) -> Dict[str, Dict[str, Any]]:
+  """Checkpoints and restores the 'stock' and 'ours' buffers.
+
+  A checkpoint is timed from the save request to its last file: Reverb's
+  save for both, plus what `ReplayBufferManager.checkpoint()` adds for ours
+  (a numbered checkpoint, every file fingerprinted, the manifest). A restore
+  is timed from a fresh server process to its serving the restored table,
+  plus, for ours, the verification of every file the manager makes before
+  loading.
+
+  Args:
+    spec: the step spec.
+    capacity: the tables' max_size.
+    items: the items of each buffer, by name.
+    servers: the running servers; 'stock' and 'ours' are saved, then stopped
+      and removed from it.
+    work: the folder of the checkpoint roots.
+
+  Returns:
+    {'stock', 'ours': {path, seconds, bytes, items, restore_seconds,
+    restored_items}}.
+  """
+  checkpoints = {}
+  for name in ('stock', 'ours'):
+    start = time.perf_counter()
+    path = _reverb_checkpoint(servers[name].client, name)
+    if name == 'ours':  # What the manager adds to Reverb's save.
+      path = _commit_like_the_manager(path, spec, capacity, items[name],
+                                      os.path.join(work, 'ours_buffer'))
+    checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
+                  'bytes': _folder_bytes(path), 'items': items[name]}
+    servers.pop(name).close()
+    start = time.perf_counter()
+    if name == 'ours':  # The manager verifies every file before loading.
+      layout.verify(path)
+    verify_seconds = time.perf_counter() - start
+    with servers_lib.ServerProcess(
+        spec, capacity, os.path.join(work, f'{name}_restored'),
+        fallback=path) as restored:
+      checkpoint['restore_seconds'] = restored.load_seconds + verify_seconds
+      checkpoint['restored_items'] = restored.items()
+    checkpoints[name] = checkpoint
+    logging.info('checkpoint of the %s buffer: %.2f s, %.1f MB, restore '
+                 '%.2f s', name, checkpoint['seconds'],
+                 checkpoint['bytes'] / 1e6, checkpoint['restore_seconds'])
+  return checkpoints

@@ -1,0 +1,142 @@
+"""Insert speed: the compared writers, timed over the same steps.
+
+* stock: TF-Agents' `ReverbAddTrajectoryObserver`;
+* ours: our `TrajectoryObserver`, single environment and batched;
+* reverb_floor: Reverb's C++ writer calls alone, from a minimal Python loop.
+"""
+
+import functools
+import time
+from typing import Any, Dict, List
+
+from absl import logging
+import reverb
+from tf_agents.replay_buffers import reverb_utils
+import tree
+
+from smart_replay import _reverb_internal as reverb_internal
+from smart_replay.core import observer as observer_lib
+from smart_replay_benchmarks import servers as servers_lib
+from smart_replay_benchmarks import workload as workload_lib
+
+
+def _write_all(observer, steps) -> float:
+  """Calls `observer` on every step, then flushes; returns the seconds."""
+  start = time.perf_counter()
+  try:
+    for step in steps:
+      observer(step)
+    observer.flush()
+    return time.perf_counter() - start
+  finally:
+    observer.close()
+
+
+def _write_stock(client: reverb.Client, steps) -> float:
+  """Writes `steps` through TF-Agents' `ReverbAddTrajectoryObserver`.
+
+  Its waits have no timeout (that is the stock behaviour); the table never
+  blocks inserts here.
+  """
+  return _write_all(reverb_utils.ReverbAddTrajectoryObserver(
+      client, workload_lib.TABLE,
+      sequence_length=workload_lib.SEQUENCE_LENGTH, stride_length=1), steps)
+
+
+def _write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
+                chunk_length=None) -> float:
+  """Writes `steps` through our `TrajectoryObserver`; returns seconds."""
+  return _write_all(observer_lib.TrajectoryObserver(
+      client, tables=[workload_lib.table_config(1)], data_spec=spec,
+      num_envs=num_envs, chunk_length=chunk_length), steps)
+
+
+def _write_reverb_floor(client: reverb.Client, spec, steps, *,
+                        chunk_length=None) -> float:
+  """Writes `steps` with Reverb's C++ writer calls alone; returns seconds.
+
+  The same chunks and items as our observer, created the same way (a chunk's
+  items once it is complete), from a minimal Python loop with no validation,
+  bookkeeping or back-pressure: the speed limit of Reverb's
+  `TrajectoryWriter` on this machine.
+  """
+  length = chunk_length or observer_lib.auto_chunk_length(spec)
+  writer = reverb_internal.new_trajectory_writer(
+      client, chunk_length=length,
+      keep_alive=length + workload_lib.SEQUENCE_LENGTH)
+  append, create_item = reverb_internal.raw_calls(writer)
+  squeeze = [False] * len(tree.flatten(spec))
+  start = time.perf_counter()
+  try:
+    previous, items, in_chunk = None, [], 0
+    for step in steps:
+      refs = append(tree.flatten(step))
+      in_chunk += 1
+      if previous is not None:
+        items.append([[a, b] for a, b in zip(previous, refs)])
+      previous = refs
+      if in_chunk == length or step.step_type == 2:
+        for columns in items:
+          create_item(workload_lib.TABLE, 1.0, columns, squeeze)
+        items, in_chunk = [], 0
+      if step.step_type == 2:
+        writer.end_episode(timeout_ms=600_000)
+        previous = None
+    for columns in items:
+      create_item(workload_lib.TABLE, 1.0, columns, squeeze)
+    writer.flush(timeout_ms=600_000)
+    return time.perf_counter() - start
+  finally:
+    writer.close()
+
+
+def measure_inserts(workload: workload_lib.Workload, spec: Any,
+                    servers: Dict[str, servers_lib.ServerProcess]
+                    ) -> Dict[str, List[float]]:
+  """Steps/s of every writer, one value per repeat, in alternating order.
+
+  Each repeat writes its share of the steps through every path: the stock
+  observer into the 'stock' server, ours into 'ours', and our batched
+  observer and the Reverb floor into 'sink'.
+
+  Args:
+    workload: what to write.
+    spec: the step spec.
+    servers: the servers by name: 'stock', 'ours' and 'sink'.
+
+  Returns:
+    {'stock', 'ours', 'ours_batched', 'reverb_floor': steps/s per repeat}.
+  """
+  per_repeat = workload.steps_per_repeat
+  chunk_length, num_envs = workload.chunk_length, workload.num_envs
+  clients = {name: server.client for name, server in servers.items()}
+  inserts = {'stock': [], 'ours': [], 'ours_batched': [], 'reverb_floor': []}
+  started = time.monotonic()
+  for repeat in range(workload.repeats):
+    steps = workload_lib.make_steps(workload, repeat * per_repeat, per_repeat)
+    batched = workload_lib.make_steps(workload, repeat * per_repeat,
+                                      per_repeat // num_envs, num_envs)
+    # (name, env-steps written, writer); 'sink' takes batched and floor writes.
+    jobs = [
+        ('stock', len(steps),
+         functools.partial(_write_stock, clients['stock'], steps)),
+        ('ours', len(steps),
+         functools.partial(_write_ours, clients['ours'], spec, steps,
+                           chunk_length=chunk_length)),
+        ('ours_batched', len(batched) * num_envs,
+         functools.partial(_write_ours, clients['sink'], spec, batched,
+                           num_envs=num_envs, chunk_length=chunk_length)),
+        ('reverb_floor', len(steps),
+         functools.partial(_write_reverb_floor, clients['sink'], spec, steps,
+                           chunk_length=chunk_length)),
+    ]
+    for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
+      inserts[name].append(count / write())  # Alternating the order.
+    elapsed = time.monotonic() - started
+    logging.info(
+        'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
+        'floor %.0f steps/s; ETA %.0f s', repeat + 1, workload.repeats,
+        inserts['stock'][-1], inserts['ours'][-1],
+        inserts['ours_batched'][-1], inserts['reverb_floor'][-1],
+        elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
+  return inserts
