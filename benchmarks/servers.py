@@ -52,11 +52,8 @@ def _serve(connection, spec, capacity, root, fallback) -> None:
 class ServerProcess:
   """A Reverb server with one benchmark table, in its own process.
 
-  Args:
-    spec: the step spec.
-    capacity: the table's max_size.
-    root: the checkpoint root (must not hold a checkpoint).
-    fallback: a checkpoint folder to restore, or None.
+  It is `make_server(spec, capacity, root, fallback)`, run in a spawned
+  process until `close()`.
 
   Attributes:
     client: a `reverb.Client` of the server.
