@@ -22,7 +22,9 @@ crash-consistent commit, recovery and retention) is
 
 import os
 import re
-from typing import List, Optional
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from absl import logging
 
 from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay.checkpointing import durable
@@ -146,7 +148,62 @@ def find_checkpoints(source: str) -> List[str]:
   return found
 
 
-def newest_verified(source: str):
+def first_usable(candidates: Sequence[str], try_one: Callable[[str], Any], *,
+                 failure: str) -> Any:
+  """Returns `try_one(path)` of the first candidate it accepts.
+
+  Each candidate `try_one` rejects (by raising `CheckpointCorruptError`) is
+  logged, and so is falling back past them.
+
+  Args:
+    candidates: checkpoint folders, preferred first (e.g. newest first, as
+      `find_checkpoints` lists them).
+    try_one: uses one checkpoint; raises `CheckpointCorruptError` if it is
+      unusable.
+    failure: the start of the message when none is usable, e.g.
+      'no usable checkpoint in /buffers/run1'.
+
+  Returns:
+    What `try_one` returned for the first usable checkpoint.
+
+  Raises:
+    CheckpointCorruptError: if no candidate is usable; `failure`, then every
+      candidate's problem, separated by ' | '.
+  """
+  problems = []
+  for path in candidates:
+    try:
+      result = try_one(path)
+    except errors.CheckpointCorruptError as e:
+      problems.append(str(e))
+      logging.warning('%s', e)
+      continue
+    if problems:
+      logging.warning('Used %s because newer checkpoints are unusable: %s',
+                      path, ' | '.join(problems))
+    return result
+  raise errors.CheckpointCorruptError(f'{failure}: ' + ' | '.join(problems))
+
+
+def read_manifest(path: str) -> dict:
+  """The manifest of checkpoint `path`, without verifying its files.
+
+  Args:
+    path: a checkpoint folder.
+
+  Returns:
+    The manifest dict.
+
+  Raises:
+    CheckpointCorruptError: if it is missing or unreadable; names the path.
+  """
+  try:
+    return manifest_lib.read(os.path.join(path, manifest_lib.MANIFEST_NAME))
+  except (OSError, ValueError) as e:
+    raise errors.CheckpointCorruptError(f'{path}: {e}') from e
+
+
+def newest_verified(source: str) -> Tuple[str, dict]:
   """`(path, manifest)` of the newest checkpoint at `source` that verifies.
 
   Args:
@@ -159,11 +216,6 @@ def newest_verified(source: str):
     CheckpointNotFoundError: if there is no checkpoint at `source`.
     CheckpointCorruptError: if none verifies; lists why.
   """
-  problems = []
-  for path in find_checkpoints(source):
-    try:
-      return path, verify(path)
-    except errors.CheckpointCorruptError as e:
-      problems.append(str(e))
-  raise errors.CheckpointCorruptError(
-      f'no checkpoint in {source} verifies: ' + ' | '.join(problems))
+  return first_usable(find_checkpoints(source),
+                      lambda path: (path, verify(path)),
+                      failure=f'no checkpoint in {source} verifies')

@@ -20,6 +20,7 @@ from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay.checkpointing import layout
 from smart_replay.checkpointing import durable
 from smart_replay import errors
+from smart_replay.core import checks
 from smart_replay.checkpointing import manifest as manifest_lib
 
 _INCOMING = '.incoming-'
@@ -42,8 +43,7 @@ class CheckpointStore:
   def __init__(self, root: str, *, keep: int = 2):
     if not root:
       raise ValueError(f'checkpoint_dir must be a non-empty path, got {root!r}.')
-    if not isinstance(keep, int) or keep < 1:
-      raise ValueError(f'keep_checkpoints must be an integer >= 1, got {keep!r}.')
+    checks.positive('keep_checkpoints', keep, integer=True)
     self.root = os.path.abspath(root)
     self.keep = keep
     # Checkpoint folder -> file fingerprint when it last verified.

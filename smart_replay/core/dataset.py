@@ -23,6 +23,7 @@ import reverb
 import tensorflow as tf
 
 from smart_replay import errors
+from smart_replay.core import checks
 from smart_replay.core import local_server as server_lib
 
 
@@ -141,8 +142,7 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     ValueError: if `batch_size`, `num_steps` or `timeout_s` is invalid; the
       message names the argument and its value.
   """
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f'batch_size must be an integer >= 1, got {batch_size!r}.')
+  checks.positive('batch_size', batch_size, integer=True)
   num_steps = sequence_length if num_steps is None else num_steps
   if (not isinstance(num_steps, int) or num_steps < 1 or
       sequence_length % num_steps):
@@ -227,6 +227,46 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     return stream(None).prefetch(prefetch)
   # After a timeout error the next element starts a fresh stream.
   return tf.data.Dataset.range(2**62).flat_map(stream).prefetch(prefetch)
+
+
+def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
+                  batch_size: int, num_steps: Optional[int] = None,
+                  beta: Optional[Callable[[], Any]] = None,
+                  as_train_kwargs: bool = False, timeout_s: float = 60.0,
+                  prefetch: int = 2) -> tf.data.Dataset:
+  """`make_dataset` with the settings a table's config calls for.
+
+  FIFO and LIFO tables are sampled by one Reverb worker (to keep their
+  order); tables that delete sampled items (`max_times_sampled`) prefetch one
+  batch and keep the last, partial batch, so no sampled item is lost.
+
+  Args:
+    client: a client of the server.
+    config: the table's resolved `TableConfig`.
+    data_spec: the spec of one step.
+    batch_size: items per batch.
+    num_steps: steps per sample (see `make_dataset`).
+    beta: the importance-sampling exponent (see `make_dataset`).
+    as_train_kwargs: yield Learner keyword arguments (see `make_dataset`).
+    timeout_s: seconds to wait for a sample before raising (> 0).
+    prefetch: batches to prefetch.
+
+  Returns:
+    The dataset (see `make_dataset`).
+
+  Raises:
+    ValueError: if an argument is invalid; names it and its value.
+  """
+  ordered = config.sampler in ('fifo', 'lifo')
+  consumed = config.max_times_sampled > 0  # Sampling deletes items.
+  return make_dataset(
+      client, table=config.name, data_spec=data_spec,
+      sequence_length=config.item_length, batch_size=batch_size,
+      num_steps=num_steps, variable_length=config.kind == 'episode',
+      beta=beta, as_train_kwargs=as_train_kwargs, timeout_s=timeout_s,
+      max_in_flight_samples_per_worker=batch_size if consumed else None,
+      num_workers_per_iterator=1 if ordered or consumed else 2,
+      drop_remainder=not consumed, prefetch=prefetch)
 
 
 def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:

@@ -1,20 +1,29 @@
 """Table configuration: the declarative description of one Reverb table.
 
-`TableConfig` is what users write (in Python or gin); `make_table` turns it
-into a `reverb.Table` with the signature derived from the data spec, and
-`running_table_differences` checks that a running server really serves what
-was asked for (Reverb silently lets a restored checkpoint's config win).
+`TableConfig` is what users write (in Python or gin): it checks itself,
+resolves the manager's defaults, and is stored in and compared with
+checkpoint manifests. Building the `reverb.Table` is
+`smart_replay.core.reverb_tables`; the limiter arithmetic is
+`smart_replay.core.limiter`.
 """
 
 import dataclasses
-import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 import gin
-import reverb
 
 from smart_replay import _reverb_internal as reverb_internal
-from smart_replay.core import specs
+from smart_replay.core import limiter
+from smart_replay.core import reverb_tables
+
+# Building Reverb tables, comparing them with a running server, and describing
+# a running table's limiter live in `reverb_tables` and `limiter`; these names
+# stay importable from here.
+make_table = reverb_tables.make_table
+signature = reverb_tables.signature
+running_table_differences = reverb_tables.running_table_differences
+server_differences = reverb_tables.server_differences
+limiter_state = limiter.limiter_state
 
 SAMPLERS = ('uniform', 'prioritized', 'fifo', 'lifo')
 REMOVERS = ('fifo', 'lifo', 'uniform')
@@ -288,79 +297,8 @@ class TableConfig:
       The number of further inserts that succeed with nothing sampling
       (`math.inf` for a `min_size_to_sample`-only limiter).
     """
-    if self.block_inserts_when_full:  # Queue(max_size): diff <= max_size.
-      return max(0.0, (self.max_size or math.inf) - (inserts - samples))
-    if self.samples_per_insert is None:
-      return math.inf
-    spi = self.samples_per_insert
-    max_diff = spi * self.min_size_to_sample + self.error_buffer
-    # Free until the table holds min_size_to_sample items, then bounded by
-    # (inserts + n) * spi - samples <= max_diff.
-    free = max(0, self.min_size_to_sample - size)
-    by_ratio = math.floor((max_diff + samples) / spi + 1e-9) - inserts
-    return float(max(free, by_ratio, 0))
-
-
-def _selector(kind: str, priority_exponent: float):
-  if kind == 'prioritized':
-    return reverb.selectors.Prioritized(priority_exponent)
-  return {'uniform': reverb.selectors.Uniform,
-          'fifo': reverb.selectors.Fifo,
-          'lifo': reverb.selectors.Lifo}[kind]()
-
-
-def _rate_limiter(config: TableConfig):
-  if config.block_inserts_when_full:
-    return reverb.rate_limiters.Queue(config.max_size)
-  if config.samples_per_insert is None:
-    return reverb.rate_limiters.MinSize(config.min_size_to_sample)
-  return reverb.rate_limiters.SampleToInsertRatio(
-      samples_per_insert=config.samples_per_insert,
-      min_size_to_sample=config.min_size_to_sample,
-      error_buffer=config.error_buffer)
-
-
-def signature(config: TableConfig, data_spec: Any) -> Any:
-  """The Reverb signature of `config`'s items.
-
-  Args:
-    config: a resolved table config.
-    data_spec: the spec of one step.
-
-  Returns:
-    A nest of `tf.TensorSpec` with an outer time dimension: `sequence_length`
-    for sequence tables, unknown (variable) for episode tables.
-  """
-  if config.kind == 'episode':
-    return specs.table_signature(data_spec, None)
-  return specs.table_signature(data_spec, config.sequence_length)
-
-
-def make_table(config: TableConfig, data_spec: Any) -> reverb.Table:
-  """Builds the `reverb.Table` described by `config`.
-
-  Args:
-    config: the table's configuration, resolved (see `TableConfig.resolve`).
-    data_spec: the spec of one step (e.g. `agent.collect_data_spec`).
-
-  Returns:
-    A `reverb.Table` whose signature fits `config`'s items.
-
-  Raises:
-    ValueError: if `config` is not resolved.
-  """
-  if config.max_size is None or config.item_length is None:
-    raise ValueError(f'TableConfig({config.name!r}) is not resolved (max_size='
-                     f'{config.max_size!r}, sequence_length='
-                     f'{config.sequence_length!r}); call resolve() first.')
-  return reverb.Table(
-      name=config.name,
-      sampler=_selector(config.sampler, config.priority_exponent),
-      remover=_selector(config.remover, config.priority_exponent),
-      max_size=config.max_size,
-      rate_limiter=_rate_limiter(config),
-      max_times_sampled=config.max_times_sampled,
-      signature=signature(config, data_spec))
+    return limiter.inserts_before_blocking(self, inserts=inserts,
+                                           samples=samples, size=size)
 
 
 def normalize_stored(stored: dict, *, capacity: int, sequence_length: int,
@@ -414,106 +352,4 @@ def diff_table_configs(stored: List[dict], requested: List[dict]
         if old[name].get(key) != new[name].get(key):
           diffs.append((f'tables/{name}/{key}', old[name].get(key),
                         new[name].get(key)))
-  return diffs
-
-
-def limiter_state(config: TableConfig,
-                  info: reverb.reverb_types.TableInfo) -> dict:
-  """Describes a running table's rate limiter, as Reverb would decide now.
-
-  Mirrors Reverb's `RateLimiter::CanInsert` / `CanSample` on the counters in
-  `info`.
-
-  Args:
-    config: the table's resolved config.
-    info: the table's `TableInfo` from `server_info()`.
-
-  Returns:
-    `{'type', 'can_insert', 'can_sample', 'inserts_before_blocking',
-    'insert_wait_total_s', 'sample_wait_total_s'}`: the limiter type
-    ('min_size', 'samples_per_insert' or 'queue'), whether one more insert
-    or sample would go through now, how many inserts would go through with
-    nothing sampling, and the total time the table spent with blocked
-    inserts / samples (Reverb's table worker times).
-  """
-  limiter = info.rate_limiter_info
-  inserts = limiter.insert_stats.completed
-  samples = limiter.sample_stats.completed
-  size = info.current_size
-  can_insert, can_sample = reverb_internal.rate_limiter_allows(limiter,
-                                                               size=size)
-  if config.block_inserts_when_full:
-    kind = 'queue'
-  elif config.samples_per_insert is not None:
-    kind = 'samples_per_insert'
-  else:
-    kind = 'min_size'
-  worker = info.table_worker_time
-  return {
-      'type': kind,
-      'can_insert': bool(can_insert),
-      'can_sample': bool(can_sample),
-      'inserts_before_blocking': config.inserts_before_blocking(
-          inserts=inserts, samples=samples, size=size),
-      # The table worker waits for sampling while inserts are blocked.
-      'insert_wait_total_s': worker.waiting_for_sampling_ms / 1000,
-      'sample_wait_total_s': worker.waiting_for_inserts_ms / 1000,
-  }
-
-
-def running_table_differences(table: reverb.Table,
-                              info: reverb.reverb_types.TableInfo
-                              ) -> List[Tuple[str, Any, Any]]:
-  """Compares a requested table with what a running server reports.
-
-  Args:
-    table: the `reverb.Table` that was passed to the server.
-    info: the server's `TableInfo` for the same name (from `server_info()`).
-
-  Returns:
-    `(field, running_value, requested_value)` per difference in sampler,
-    remover, max_size, max_times_sampled, rate limiter or signature.
-  """
-  want = table.info
-  diffs = []
-  def check(field, running, requested):
-    if running != requested:
-      diffs.append((f'tables/{want.name}/{field}', running, requested))
-  check('sampler', str(info.sampler_options).strip(),
-        str(want.sampler_options).strip())
-  check('remover', str(info.remover_options).strip(),
-        str(want.remover_options).strip())
-  check('max_size', info.max_size, want.max_size)
-  check('max_times_sampled', info.max_times_sampled, want.max_times_sampled)
-  for field in ('samples_per_insert', 'min_size_to_sample', 'min_diff',
-                'max_diff'):
-    check(f'rate_limiter/{field}', getattr(info.rate_limiter_info, field),
-          getattr(want.rate_limiter_info, field))
-  check('signature', specs.describe_signature(info.signature),
-        specs.describe_signature(want.signature))
-  return diffs
-
-
-def server_differences(configs: Sequence[TableConfig], data_spec: Any,
-                       info: Dict[str, reverb.reverb_types.TableInfo]
-                       ) -> List[Tuple[str, Any, Any]]:
-  """Compares the tables `configs` make with what a running server serves.
-
-  Args:
-    configs: resolved table configs.
-    data_spec: the spec of one step.
-    info: the server's `server_info()`.
-
-  Returns:
-    `(field, running_value, requested_value)` per difference (see
-    `running_table_differences`); a table the server lacks is
-    `('tables/<name>', '<missing>', 'present')`.
-  """
-  diffs = []
-  for config in configs:
-    if config.name not in info:
-      diffs.append((f'tables/{config.name}', '<missing>', 'present'))
-    else:
-      diffs += running_table_differences(make_table(config, data_spec),
-                                         info[config.name])
   return diffs

@@ -1,0 +1,340 @@
+"""An in-process Reverb server on a buffer directory the manager owns.
+
+Reverb restores silently and lets a checkpoint's stored config win over the
+requested one; this backend starts servers only on an empty Reverb root,
+restores a checkpoint only explicitly (its fallback path) after verifying it
+and comparing its manifest, and checks what the new server serves and holds.
+"""
+
+import contextlib
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from absl import logging
+import portpicker
+
+from smart_replay import errors
+from smart_replay.backends import base
+from smart_replay.checkpointing import checkpointer as checkpointer_lib
+from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.checkpointing import layout
+from smart_replay.checkpointing import lock as buffer_lock
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.checkpointing import reader as checkpoint_reader
+from smart_replay.checkpointing import store as checkpoint_store
+from smart_replay.core import config as config_lib
+from smart_replay.core import local_server as server_lib
+from smart_replay.core import reverb_tables
+
+
+class LocalBackend(base.Backend):
+  """Owns the buffer directory and an in-process server started from it.
+
+  Args:
+    config: the buffer's configuration.
+    checkpoint_dir: the buffer directory.
+    keep_checkpoints: complete checkpoints to keep (>= 1).
+    port: the server's port; None picks a free one.
+    connect_timeout_s: how long the server may take to answer.
+    checkpoint_timeout_s: how long one Reverb save may take.
+    allow_version_mismatch: load checkpoints of other package versions.
+    hooks: what the backend asks of the manager.
+
+  Raises:
+    ValueError: if `keep_checkpoints` or `checkpoint_dir` is invalid.
+  """
+  UNSUPPORTED = {'connect': (
+      'connect() is for client mode (ReplayBufferManager(..., '
+      "server_address='host:port')); this manager owns its server: call "
+      'create_replay_buffer() or load_replay_buffer().')}
+
+  def __init__(self, config: config_lib.BufferConfig, *, checkpoint_dir: str,
+               keep_checkpoints: int, port: Optional[int],
+               connect_timeout_s: float, checkpoint_timeout_s: float,
+               allow_version_mismatch: bool, hooks: base.Hooks):
+    self.config = config
+    self._store = checkpoint_store.CheckpointStore(str(checkpoint_dir),
+                                                   keep=keep_checkpoints)
+    self.where = self._store.root
+    # Held from create/load until close(): one writer per buffer directory.
+    self._dir_lock = buffer_lock.BufferLock(self._store.root)
+    self._port = port
+    self._connect_timeout_s = connect_timeout_s
+    self._checkpoint_timeout_s = checkpoint_timeout_s
+    self._allow_version_mismatch = allow_version_mismatch
+    self._hooks = hooks
+    self._server = self._client = self._checkpointer = None
+
+  @property
+  def checkpoint_dir(self) -> str:
+    """The absolute buffer directory."""
+    return self._store.root
+
+  @property
+  def keep_checkpoints(self) -> int:
+    """How many complete checkpoints are kept on disk."""
+    return self._store.keep
+
+  # ----------------------------------------------------------------- start-up
+
+  def create(self, *, overwrite: bool) -> None:
+    """Starts an empty buffer; see `ReplayBufferManager.create_replay_buffer`.
+
+    Args:
+      overwrite: replace the checkpoints already in the directory.
+
+    Raises:
+      CheckpointExistsError: if there are some and `overwrite` is False.
+    """
+    self._check_port()
+    with self._locked_start():
+      existing = self._store.existing_data()
+      if existing and not overwrite:
+        raise errors.CheckpointExistsError(
+            f'{self._store.root} already holds a replay buffer checkpoint '
+            f'({existing[-1]}); Reverb would silently restore it. Call '
+            'load_replay_buffer() to continue that buffer, or pass '
+            'overwrite=True to delete it and start empty.')
+      self._replacing(existing, self._start_empty)
+
+  def load(self, source: Optional[str], *, overwrite: bool) -> Dict[str, Any]:
+    """Starts from the newest usable checkpoint at `source`; see
+    `ReplayBufferManager.load_replay_buffer`.
+
+    Args:
+      source: None for the buffer's own directory; or another buffer
+        directory, or one `ckpt-N` folder.
+      overwrite: replace the directory's checkpoints when `source` is
+        another buffer.
+
+    Returns:
+      `{'path', 'manifest'}` of the restored checkpoint.
+
+    Raises:
+      CheckpointExistsError: if loading another buffer into a non-empty
+        directory without `overwrite`.
+    """
+    self._check_port()
+    source = os.path.abspath(source) if source else self._store.root
+    inside = os.path.commonpath([source, self._store.root]) == self._store.root
+    with self._locked_start():
+      candidates = layout.find_checkpoints(source)
+      existing = [] if inside else self._store.existing_data()
+      if existing and not overwrite:
+        raise errors.CheckpointExistsError(
+            f'{self._store.root} already holds checkpoints ({existing[-1]}); '
+            f'loading {source} into it would mix two buffers. Call '
+            'load_replay_buffer() without a source to continue this buffer, '
+            'or pass overwrite=True to replace it.')
+      return self._replacing(existing, lambda: layout.first_usable(
+          candidates, self._start_from,
+          failure=f'no usable checkpoint in {source}'))
+
+  def _check_port(self) -> None:
+    # Checked before anything moves, so a busy port is never mistaken for a
+    # checkpoint Reverb could not restore.
+    if self._port is not None and not portpicker.is_port_free(self._port):
+      raise ValueError(f'port {self._port} is already in use; pass another '
+                       'port or port=None to pick a free one.')
+
+  @contextlib.contextmanager
+  def _locked_start(self):
+    """Takes the directory's lock and recovers interrupted saves; the lock is
+    released again if the start fails."""
+    self._dir_lock.acquire()
+    try:
+      self._store.recover()
+      yield
+    except BaseException:
+      self._dir_lock.release()
+      raise
+
+  def _replacing(self, existing: Sequence[str], start: Callable[[], Any]
+                 ) -> Any:
+    """Runs `start()`; old data in the way is set aside until it succeeds."""
+    moves = self._store.set_aside() if existing else []
+    try:
+      result = start()
+    except BaseException:
+      self.stop()
+      self._store.restore_set_aside(moves)
+      raise
+    self._store.discard_set_aside(moves)
+    return result
+
+  def _start_empty(self) -> None:
+    self._start(fallback=None)
+    sizes = {n: t['items'] for n, t in self._checkpointer.table_stats().items()}
+    if any(sizes.values()):
+      raise errors.CheckpointCorruptError(
+          f'the new server in {self._store.root} is not empty ({sizes}); '
+          'something restored data into it.')
+
+  def _start_from(self, path: str) -> Dict[str, Any]:
+    """Verifies `path`, compares its manifest, starts and checks the server."""
+    manifest = layout.verify(path)
+    diffs = self.config.diff(manifest)
+    version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
+    if version_diffs and self._allow_version_mismatch:
+      logging.warning('Loading %s written with other package versions:\n%s',
+                      path, manifest_lib.format_differences(
+                          version_diffs, 'checkpoint', 'installed'))
+    elif version_diffs:
+      diffs += version_diffs
+    if diffs:
+      raise errors.ManifestMismatchError(
+          f'checkpoint {path} was written with a different configuration '
+          f'({len(diffs)} difference(s)):\n'
+          + manifest_lib.format_differences(diffs)
+          + '\nPass the checkpoint\'s values to ReplayBufferManager (for '
+          'versions: install them, or pass allow_version_mismatch=True), or '
+          'create a new buffer.', diffs)
+    try:
+      self._start(fallback=path)
+    except (RuntimeError, ValueError) as e:
+      if isinstance(e, errors.SmartReplayError):
+        raise
+      raise errors.CheckpointCorruptError(
+          f'Reverb could not restore {path}: {e}') from e
+    try:
+      self._check_restored(path, manifest)
+    except BaseException:
+      self.stop()
+      raise
+    return {'path': path, 'manifest': manifest}
+
+  def _check_restored(self, path: str, manifest: Dict[str, Any]) -> None:
+    """Checks that the new server holds the items the manifest records.
+
+    Remote clients (actors of a served buffer) may write the moment the
+    restored server listens; the check then allows for what the tables'
+    rate-limiter counters show happened since the restore.
+
+    Raises:
+      CheckpointCorruptError: if the restored items do not add up.
+    """
+    stats = self._checkpointer.table_stats()
+    restored = {name: t['items'] for name, t in stats.items()}
+    expected = {name: c['items']
+                for name, c in manifest['counts']['tables'].items()}
+    if restored == expected:
+      return
+    stored = checkpoint_files.read_table_counters(path)
+    explained = True
+    for name, want in expected.items():
+      if restored.get(name) == want:
+        continue
+      counters = stored.get(name, {'inserts': 0, 'samples': 0})
+      inserted = stats[name]['inserts'] - counters['inserts']
+      sampled = stats[name]['samples'] - counters['samples']
+      # An insert adds an item (evicting one when full); a sample may remove
+      # one.
+      explained = explained and bool(inserted or sampled) and (
+          want - sampled <= restored[name] <= want + inserted)
+    if not explained:
+      raise errors.CheckpointCorruptError(
+          f'checkpoint {path} restored {restored} items, but its manifest '
+          f'records {expected}.')
+    logging.info('Clients wrote to the restored server while it was checked '
+                 '(%s items now, %s in %s).', restored, expected, path)
+
+  def _start(self, fallback: Optional[str]) -> None:
+    """Starts a server on the empty Reverb root, restoring `fallback`."""
+    config = self.config
+    def make_tables():
+      return [reverb_tables.make_table(c, config.data_spec)
+              for c in config.tables]
+    root = self._store.prepare_reverb_root()
+    self._server, self._client = server_lib.start_local_server(
+        make_tables, checkpoint_root=root, fallback_checkpoint=fallback,
+        port=self._port, connect_timeout_s=self._connect_timeout_s)
+    try:
+      info = server_lib.server_info(self._client, self._connect_timeout_s)
+      diffs = reverb_tables.server_differences(config.tables,
+                                               config.data_spec, info)
+      if diffs:
+        raise errors.ManifestMismatchError(
+            'the Reverb server does not serve the requested tables (a restored '
+            'checkpoint overrode them):\n'
+            + manifest_lib.format_differences(diffs, 'running', 'requested'),
+            diffs)
+      if self._checkpointer is not None:
+        self._checkpointer.close()
+      self._checkpointer = checkpointer_lib.Checkpointer(
+          self._client, self._store, timeout_s=self._checkpoint_timeout_s,
+          info_timeout_s=self._connect_timeout_s)
+      self._hooks.serve(self._client, local_server=self._server)
+    except BaseException:
+      self.stop()
+      raise
+
+  # ------------------------------------------------------------ checkpointing
+
+  def existing_checkpoints(self) -> List[str]:
+    """The directory's `ckpt-N` folders, oldest first."""
+    return self._store.checkpoints()
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]],
+                 counts: Callable[[], Dict[str, Any]]) -> str:
+    """Flushes the observers and saves; see `Checkpointer.save`.
+
+    Args:
+      extra: user metadata for the manifest.
+      counts: returns the manifest's counts once the observers are flushed.
+
+    Returns:
+      The checkpoint folder.
+    """
+    self._checkpointer.wait_for_pending_save()
+    self._hooks.flush()
+    return self._checkpointer.save(self.config.to_manifest(), counts(),
+                                   extra=extra)
+
+  @contextlib.contextmanager
+  def _paused(self, *, flush: bool):
+    """Holds the writers' lock (after flushing them, if asked)."""
+    with self._hooks.lock:
+      if flush:
+        self._hooks.flush()
+      yield
+
+  def times_sampled(self) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}` from a throwaway snapshot."""
+    counts = {}
+    for item in self._checkpointer.snapshot(
+        checkpoint_files.read_items, pause=lambda: self._paused(flush=False)):
+      counts.setdefault(item.table, {})[item.key] = item.times_sampled
+    return counts
+
+  def snapshot_items(self, table: str) -> List[Any]:
+    """Every item of `table` from a snapshot taken after flushing.
+
+    Args:
+      table: the table's name.
+
+    Returns:
+      `CheckpointReader` items.
+    """
+    return self._checkpointer.snapshot(
+        lambda path: list(checkpoint_reader.CheckpointReader(path).items(
+            table)), pause=lambda: self._paused(flush=True))
+
+  def wait_for_pending_save(self) -> None:
+    """Waits (bounded) for a checkpoint that timed out earlier."""
+    if self._checkpointer is not None:
+      self._checkpointer.wait_for_pending_save()
+
+  # ---------------------------------------------------------------- lifecycle
+
+  def stop(self) -> None:
+    """Stops the server (a save still running finishes in its thread)."""
+    if self._server is not None:
+      self._server.stop()
+    self._server = self._client = None
+
+  def release(self) -> None:
+    """Lets go of the save thread and the directory's lock."""
+    if self._checkpointer is not None:
+      self._checkpointer.close()
+    self._dir_lock.release()
+

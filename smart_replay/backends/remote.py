@@ -1,0 +1,224 @@
+"""Client mode: a buffer served by a standalone server (`smart-replay-serve`).
+
+The server creates, restores and checkpoints the buffer; this backend reads
+its configuration over the control channel, checks it against the local
+spec and arguments, asks the server for checkpoints and snapshots, and
+notices when a reconnect reached a restarted server.
+"""
+
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from absl import logging
+import reverb
+
+from smart_replay import errors
+from smart_replay.backends import base
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import config as config_lib
+from smart_replay.core import local_server as server_lib
+from smart_replay.core import reverb_tables
+from smart_replay.remote import control as control_lib
+
+
+class RemoteBackend(base.Backend):
+  """A client of the server at `server_address`.
+
+  Args:
+    data_spec: the local spec of one step.
+    requested: the constructor's capacity / sequence_length /
+      stride_length / table_configs (None: take the server's).
+    server_address: 'host:port' of the Reverb server.
+    control_address: 'host:port' of its control service; default the
+      Reverb port + 1.
+    connect_timeout_s: how long the server may take to answer.
+    checkpoint_timeout_s: how long the server's save may take.
+    hooks: what the backend asks of the manager.
+  """
+
+  def __init__(self, data_spec: Any, *, requested: Mapping[str, Any],
+               server_address: str, control_address: Optional[str],
+               connect_timeout_s: float, checkpoint_timeout_s: float,
+               hooks: base.Hooks):
+    self._data_spec = data_spec
+    self._requested = {k: v for k, v in requested.items() if v is not None}
+    self._address = server_address
+    self._control_address = (control_address or
+                             control_lib.control_address_for(server_address))
+    self._connect_timeout_s = connect_timeout_s
+    self._checkpoint_timeout_s = checkpoint_timeout_s
+    self._hooks = hooks
+    self.where = f'the server at {server_address}'
+    self.config = None
+    self._control = None
+    self._served = None  # The server's 'info' answer.
+    local = ('{method}() starts a local server; this manager is a client of '
+             f'{server_address} (the server creates, loads and checkpoints '
+             'the buffer): call connect().')
+    self.UNSUPPORTED = {
+        'create_replay_buffer': local.format(method='create_replay_buffer'),
+        'load_replay_buffer': local.format(method='load_replay_buffer'),
+        'epoch': ('epoch() reads an exact snapshot of the tables on the '
+                  "server's disk; run it where the buffer is served (or "
+                  'export the buffer with smart_replay.tools.export and read '
+                  'that).')}
+
+  @property
+  def checkpoint_dir(self) -> Optional[str]:
+    """The server's buffer directory, on its machine, once connected."""
+    return self._served['checkpoint_dir'] if self._control else None
+
+  @property
+  def keep_checkpoints(self) -> Optional[int]:
+    """The server's `keep_checkpoints`, once connected."""
+    return self._served['keep_checkpoints'] if self._control else None
+
+  def connect(self) -> None:
+    """Connects, adopts the served config and serves it; see
+    `ReplayBufferManager.connect`.
+
+    Raises:
+      ServerUnavailableError: if the server does not answer in time.
+      ManifestMismatchError: if the served config or tables differ from the
+        local ones.
+    """
+    client = reverb.Client(self._address)
+    try:
+      info = server_lib.server_info(client, self._connect_timeout_s)
+    except errors.WaitTimeoutError as e:
+      raise errors.ServerUnavailableError(
+          f'no Reverb server answered at {self._address} within '
+          f'{self._connect_timeout_s:g} s (connect_timeout_s). Is '
+          'smart-replay-serve running there, and is the port reachable from '
+          'this machine (firewall, tunnel)?') from e
+    control = control_lib.ControlClient(self._control_address)
+    try:
+      served = control.call('info', timeout_s=self._connect_timeout_s)
+      self.config = self._adopt(served['config'])
+      diffs = reverb_tables.server_differences(self.config.tables,
+                                               self._data_spec, info)
+      if diffs:
+        raise errors.ManifestMismatchError(
+            f'the Reverb tables at {self._address} differ from the '
+            f'local spec ({len(diffs)} difference(s)):\n'
+            + manifest_lib.format_differences(diffs, 'server', 'local'), diffs)
+      self._control, self._served = control, served
+      self._hooks.serve(client, server_address=self._address)
+    except BaseException:
+      control.close()
+      self._control = self._served = self.config = None
+      raise
+    logging.info('Connected to the replay buffer served at %s (tables %s, '
+                 'checkpoints in %s on the server).', self._address,
+                 self.config.table_names, served['checkpoint_dir'])
+
+  def _adopt(self, stored: Dict[str, Any]) -> config_lib.BufferConfig:
+    """The server's buffer config; raises if the local arguments differ."""
+    served = config_lib.BufferConfig.from_manifest(
+        stored, data_spec=self._data_spec).constructor_kwargs()
+    config = config_lib.BufferConfig.resolve(
+        data_spec=self._data_spec, **{**served, **self._requested})
+    diffs = config.diff(stored)
+    if diffs:
+      raise errors.ManifestMismatchError(
+          f'the buffer served at {self._address} has another '
+          f'configuration than this client ({len(diffs)} difference(s)):\n'
+          + manifest_lib.format_differences(diffs, 'server', 'local')
+          + '\nBuild the client from the same collect_data_spec as the '
+          'server, and pass no capacity/sequence_length/stride_length/'
+          'table_configs (they are read from the server) or the same ones.',
+          diffs)
+    return config
+
+  def _call(self, method: str, args: Optional[Dict[str, Any]] = None, *,
+            timeout_s: float) -> Any:
+    return self._control.call(method, args, timeout_s=timeout_s)
+
+  def existing_checkpoints(self) -> List[str]:
+    """The server's `ckpt-N` folders (paths on its machine), oldest first.
+
+    Raises:
+      ManagerStateError: if not connected.
+      ServerUnavailableError: if the server does not answer in time.
+    """
+    self._hooks.require_started()
+    return self._call('info', timeout_s=self._connect_timeout_s)['checkpoints']
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]],
+                 counts: Callable[[], Dict[str, Any]]) -> str:
+    """Flushes the observers, then has the server checkpoint.
+
+    Args:
+      extra: user metadata for the manifest.
+      counts: unused: the server counts what it saves.
+
+    Returns:
+      The checkpoint folder on the server's machine.
+
+    Raises:
+      ServerUnavailableError: if the server does not answer within
+        3 x `checkpoint_timeout_s`.
+    """
+    del counts  # The server counts what it saves.
+    self._hooks.flush()
+    # The server may first wait for its own save in progress.
+    path = self._call('checkpoint', {'extra': extra},
+                      timeout_s=3 * self._checkpoint_timeout_s)
+    logging.info('The server at %s checkpointed to %s', self._address, path)
+    return path
+
+  def times_sampled(self) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}`, from the server's snapshot."""
+    served = self._call('times_sampled', timeout_s=self._checkpoint_timeout_s)
+    return {name: {int(key): n for key, n in per_item.items()}
+            for name, per_item in served.items()}
+
+  def on_reconnect(self, observer: Any) -> None:
+    """After an observer reconnected: if the server is a new instance (it was
+    restarted), every observer counts the items it had confirmed that the
+    restart lost.
+
+    Args:
+      observer: the observer that reconnected.
+    """
+    del observer  # Every observer of this manager talked to the old server.
+    try:
+      instance = self._ask_instance()
+    except errors.SmartReplayError as e:
+      logging.warning('Could not ask the server at %s whether it restarted '
+                      '(%s); items a restart lost are not counted.',
+                      self._address, e)
+      return
+    with self._hooks.lock:
+      if instance.get('id') == self._served.get('instance', {}).get('id'):
+        return  # The same server: the connection was interrupted only.
+      self._served['instance'] = instance
+      for obs in self._hooks.observers():
+        obs.count_restart_loss(instance.get('restored_save_started'))
+
+  def _ask_instance(self) -> Dict[str, Any]:
+    """The server's instance (see `ReplayServer`), on a new control channel:
+    the old one may still be backing off from the server that died.
+
+    Raises:
+      ServerUnavailableError: if no answer came within 3 x
+        `connect_timeout_s`.
+    """
+    deadline = time.monotonic() + 3 * self._connect_timeout_s
+    while True:
+      control = control_lib.ControlClient(self._control_address)
+      try:
+        return control.call('info', timeout_s=self._connect_timeout_s).get(
+            'instance') or {}
+      except errors.ServerUnavailableError:
+        if time.monotonic() > deadline:
+          raise
+      finally:
+        control.close()
+      time.sleep(0.5)
+
+  def stop(self) -> None:
+    """Closes the control channel; the server keeps running."""
+    if self._control is not None:
+      self._control.close()
+    self._control = None

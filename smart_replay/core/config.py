@@ -1,0 +1,257 @@
+"""A buffer's configuration, and the checks of the manager's arguments.
+
+`BufferConfig` is the one immutable record of what a buffer is: its step
+spec, capacity, default sequence and stride length, and resolved table
+configs. It is what a checkpoint's manifest stores (`to_manifest`), what a
+load compares with the manifest (`diff`), and where the manager looks tables
+up (`table`, `prioritized_table`).
+"""
+
+import dataclasses
+import functools
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import checks
+from smart_replay.core import specs
+from smart_replay.core import tables as tables_lib
+from smart_replay.core import validation as step_validation
+
+Difference = Tuple[str, Any, Any]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BufferConfig:
+  """What a buffer is: spec, capacity, lengths and resolved table configs.
+
+  Build it with `resolve` (from user arguments) or `from_manifest` (from a
+  stored config); the constructor takes the fields as they are.
+
+  Attributes:
+    data_spec: the spec of one step (a `Trajectory` of specs).
+    capacity: items of every table without its own `max_size`.
+    sequence_length: steps per item of sequence tables without their own.
+    stride_length: steps between item starts, likewise.
+    tables: the resolved `TableConfig`s; the first is the default table.
+  """
+  data_spec: Any
+  capacity: int
+  sequence_length: int
+  stride_length: int
+  tables: Tuple[tables_lib.TableConfig, ...]
+
+  @classmethod
+  def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
+              stride_length: int,
+              table_configs: Sequence[tables_lib.TableConfig]
+              ) -> 'BufferConfig':
+    """Fills every table config's open fields with the buffer's values.
+
+    Args:
+      data_spec: the spec of one step.
+      capacity: the default `max_size`.
+      sequence_length: the default steps per item.
+      stride_length: the default stride.
+      table_configs: the tables, as the user wrote them.
+
+    Returns:
+      A `BufferConfig` with resolved tables.
+
+    Raises:
+      ValueError: if a table cannot be resolved (see `TableConfig.resolve`).
+    """
+    return cls(data_spec=data_spec, capacity=capacity,
+               sequence_length=sequence_length, stride_length=stride_length,
+               tables=tuple(c.resolve(capacity=capacity,
+                                      sequence_length=sequence_length,
+                                      stride_length=stride_length)
+                            for c in table_configs))
+
+  @classmethod
+  def from_manifest(cls, stored: Mapping[str, Any], *,
+                    data_spec: Any = None) -> 'BufferConfig':
+    """Reads the config a manifest (or a served `info`) stores.
+
+    Args:
+      stored: a manifest, or what `to_manifest` returned.
+      data_spec: the step spec to use; default the stored one.
+
+    Returns:
+      The `BufferConfig`.
+
+    Raises:
+      KeyError, TypeError, ValueError: if `stored` is not such a config.
+    """
+    if data_spec is None:
+      data_spec = specs.spec_from_json(stored['data_spec'])
+    return cls.resolve(
+        data_spec=data_spec, capacity=stored['capacity'],
+        sequence_length=stored['sequence_length'],
+        stride_length=stored['stride_length'],
+        table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']])
+
+  def constructor_kwargs(self) -> Dict[str, Any]:
+    """The `ReplayBufferManager` arguments this config decides.
+
+    Returns:
+      `{'capacity', 'sequence_length', 'stride_length', 'table_configs'}`.
+    """
+    return {'capacity': self.capacity, 'sequence_length': self.sequence_length,
+            'stride_length': self.stride_length,
+            'table_configs': list(self.tables)}
+
+  @functools.cached_property
+  def _manifest(self) -> Dict[str, Any]:
+    return manifest_lib.build_config(
+        data_spec=self.data_spec, sequence_length=self.sequence_length,
+        stride_length=self.stride_length, capacity=self.capacity,
+        table_configs=list(self.tables))
+
+  def to_manifest(self) -> Dict[str, Any]:
+    """The config as a manifest stores it (JSON-serializable).
+
+    Returns:
+      `{'data_spec', 'sequence_length', 'stride_length', 'capacity',
+      'tables'}` (see `manifest.build_config`); the same dict every call.
+    """
+    return self._manifest
+
+  def diff(self, stored: Union['BufferConfig', Mapping[str, Any]]
+           ) -> List[Difference]:
+    """Lists every field where `stored` differs from this config.
+
+    Args:
+      stored: a manifest (or another `BufferConfig`), e.g. a checkpoint's.
+
+    Returns:
+      `(field, stored_value, this_value)` tuples; empty when they match.
+      Sampling-only table fields (beta, epsilon) are not compared.
+    """
+    if isinstance(stored, BufferConfig):
+      stored = stored.to_manifest()
+    return manifest_lib.diff_config(stored, self.to_manifest())
+
+  @property
+  def table_names(self) -> List[str]:
+    """The tables' names, the default table first."""
+    return [c.name for c in self.tables]
+
+  def table(self, name: Optional[str] = None) -> tables_lib.TableConfig:
+    """The config of table `name`.
+
+    Args:
+      name: a table name; None for the first table.
+
+    Returns:
+      Its resolved `TableConfig`.
+
+    Raises:
+      ValueError: if there is no such table; names the tables there are.
+    """
+    if name is None:
+      return self.tables[0]
+    for config in self.tables:
+      if config.name == name:
+        return config
+    raise ValueError(f'unknown table_name {name!r}; this buffer has '
+                     f'tables {self.table_names}.')
+
+  def prioritized_table(self, name: Optional[str] = None
+                        ) -> tables_lib.TableConfig:
+    """The config of prioritized table `name`.
+
+    Args:
+      name: a table name; None for the first prioritized table.
+
+    Returns:
+      Its resolved `TableConfig`.
+
+    Raises:
+      ValueError: if the table is unknown or not prioritized, or (name None)
+        there is no prioritized table.
+    """
+    if name is None:
+      found = [c for c in self.tables if c.prioritized]
+      if not found:
+        raise ValueError(
+            'this buffer has no prioritized table (tables '
+            f'{[(c.name, c.sampler) for c in self.tables]}); add a '
+            "TableConfig(sampler='prioritized').")
+      return found[0]
+    config = self.table(name)
+    if not config.prioritized:
+      raise ValueError(f'table {config.name!r} samples {config.sampler!r}, '
+                       "not 'prioritized': priorities would not change what "
+                       'is sampled.')
+    return config
+
+
+def check_manager_arguments(
+    *, server_address: Optional[str], capacity: Optional[int],
+    checkpoint_dir: Optional[str], port: Optional[int],
+    lengths: Mapping[str, Optional[int]], timeouts: Mapping[str, float],
+    table_configs: Optional[Sequence[tables_lib.TableConfig]],
+    counts: Mapping[str, Optional[int]], policies: Mapping[str, str]
+) -> List[tables_lib.TableConfig]:
+  """Checks `ReplayBufferManager`'s arguments; names the first bad one.
+
+  Args:
+    server_address: client mode's 'host:port', or None for a local server.
+    capacity: the default table size (required for a local server).
+    checkpoint_dir: the buffer directory (required for a local server).
+    port: the local server's port, or None.
+    lengths: `{'capacity', 'sequence_length', 'stride_length'}` values
+      (None: not given).
+    timeouts: `{name: seconds}`, each must be positive.
+    table_configs: the tables, or None for one default table.
+    counts: optional positive integers, e.g. `{'num_envs': None}`.
+    policies: `{'non_finite': ..., 'float_bounds': ...}` value policies.
+
+  Returns:
+    The table configs to use (the default table if none were given).
+
+  Raises:
+    ValueError: naming the argument and its value.
+  """
+  remote = server_address is not None
+  if remote:
+    if not isinstance(server_address, str) or ':' not in server_address:
+      raise ValueError(f"server_address must be 'host:port', got "
+                       f'{server_address!r}.')
+    if checkpoint_dir is not None or port is not None:
+      raise ValueError(
+          f'client mode (server_address={server_address!r}) has no local '
+          f'server: checkpoint_dir ({checkpoint_dir!r}) and port '
+          f'({port!r}) belong to smart-replay-serve; leave them None.')
+  elif capacity is None or checkpoint_dir is None:
+    raise ValueError(
+        f'capacity ({capacity!r}) and checkpoint_dir ({checkpoint_dir!r}) '
+        'are required, unless server_address= connects to a standalone '
+        'server (binaries: bind ReplayBufferManager.capacity in a gin '
+        'file).')
+  for name, value in lengths.items():
+    if value is not None:
+      checks.positive(name, value, integer=True)
+  for name, value in timeouts.items():
+    checks.positive(name, value)
+  if not remote and (not isinstance(checkpoint_dir, (str, os.PathLike)) or
+                     not str(checkpoint_dir)):
+    raise ValueError(f'checkpoint_dir must be a non-empty path, got '
+                     f'{checkpoint_dir!r}.')
+  configs = list(table_configs or [tables_lib.TableConfig()])
+  for config in configs:
+    if not isinstance(config, tables_lib.TableConfig):
+      raise ValueError(f'table_configs entries must be TableConfig, got '
+                       f'{config!r}.')
+  names = [c.name for c in configs]
+  if len(set(names)) != len(names):
+    raise ValueError(f'table_configs names must be unique, got {names}.')
+  for name, value in counts.items():
+    if value is not None:
+      checks.positive(name, value, integer=True)
+  for name, value in policies.items():
+    if value not in step_validation.VALUE_POLICIES:
+      raise ValueError(f'{name} must be one of '
+                       f'{step_validation.VALUE_POLICIES}, got {value!r}.')
+  return configs

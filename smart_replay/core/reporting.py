@@ -1,0 +1,142 @@
+"""Reading a manager's buffer: item counts, statistics and epochs.
+
+`Reporting` is the part of `ReplayBufferManager` behind `num_frames`,
+`stats`, `num_batches` and `epoch`; it works on the manager's `Session`.
+"""
+
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from smart_replay.core import checks
+from smart_replay.core import epochs
+from smart_replay.core import session as session_lib
+from smart_replay.core import stats as stats_lib
+
+
+class Reporting:
+  """Counts, statistics and epochs of a buffer.
+
+  Args:
+    session: the manager's shared state.
+  """
+
+  def __init__(self, session: session_lib.Session):
+    self._session = session
+
+  def num_frames(self) -> int:
+    """Returns the number of items in the first table.
+
+    It counts what the server holds: an observer sends a stream's items when
+    their chunk (`chunk_length` steps) is complete, at each episode end and
+    on `flush()`, so call `flush()` first for a count that includes the
+    steps just written.
+
+    Returns:
+      The items in the first table.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if the server does not answer in time.
+    """
+    session = self._session
+    session.require(started=True)
+    return session.table_stats()[session.config.table().name]['items']
+
+  def stats(self, *, times_sampled: bool = False) -> Dict[str, Any]:
+    """Returns what the buffer holds and has done, per table and in total.
+
+    Args:
+      times_sampled: also list how many times each item was sampled. This
+        takes an exact snapshot of the tables (Reverb writes them to disk, as
+        for a checkpoint, in `checkpoint_dir/.reverb/`, deleted afterwards;
+        in client mode the server does it), so it costs about as much as
+        `checkpoint()`.
+
+    Returns:
+      `{'tables': {name: {...}}, 'env_steps', 'episodes', 'short_episodes',
+      'short_episode_steps', 'lost_steps', 'lost_items', 'lost_at_restart',
+      'reconnects'}`: every field is described in
+      `smart_replay.core.stats.report`.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if the server does not answer in time.
+    """
+    session = self._session
+    session.require(started=True)
+    result = stats_lib.report(
+        session.config.tables, session.server_info(), blocked=session.blocked,
+        observers=session.observers,
+        priority_of=session.new_item_priority,
+        env_steps=session.env_steps(), episodes=session.episodes())
+    if times_sampled:
+      counts = {name: {} for name in result['tables']}
+      counts.update(session.backend.times_sampled())
+      for name, per_item in counts.items():
+        result['tables'][name].update(stats_lib.times_sampled_fields(per_item))
+    return result
+
+  def num_batches(self, batch_size: int, *, table_name: Optional[str] = None,
+                  drop_remainder: bool = False) -> int:
+    """Returns how many batches one `epoch()` of the table yields now.
+
+    Args:
+      batch_size: items per batch.
+      table_name: the table; default the first.
+      drop_remainder: count only full batches.
+
+    Returns:
+      `ceil(items / batch_size)` (`floor` with `drop_remainder`); call
+      `flush()` first to include items still in an observer's open chunk.
+
+    Raises:
+      ValueError: if `batch_size` or the table is invalid.
+      ManagerStateError: if the manager is not started.
+    """
+    checks.positive('batch_size', batch_size, integer=True)
+    session = self._session
+    session.require(started=True)
+    name = session.config.table(table_name).name
+    return epochs.num_batches(session.table_stats()[name]['items'],
+                              batch_size, drop_remainder=drop_remainder)
+
+  def epoch(self, batch_size: int, *, table_name: Optional[str] = None,
+            seed: Optional[int] = None, drop_remainder: bool = False
+            ) -> Iterator[Tuple[Any, np.ndarray]]:
+    """Visits every stored item of a table once, in shuffled order.
+
+    For training in epochs rather than by sampling. When called, the
+    observers are flushed and the table is read from an exact snapshot (as
+    `stats(times_sampled=True)` takes, about the cost of a checkpoint;
+    writing pauses only while Reverb writes it), so sampling counters and
+    rate limiters are untouched and no item is seen twice or missed.
+
+    Args:
+      batch_size: items per batch.
+      table_name: the table; default the first. Its items must all have one
+        length (sequence tables; episode tables only if every episode has
+        `episode_length` steps, else use `get_dataset`).
+      seed: seed of the shuffle (None: a new order each call).
+      drop_remainder: leave out the last, smaller batch.
+
+    Returns:
+      An iterator of `(trajectory, keys)`: a nest like the data spec with
+      numpy arrays of shape `[batch, steps, ...]`, and the items' uint64
+      keys `[batch]`.
+
+    Raises:
+      ValueError: if `batch_size` or the table is invalid, or the table holds
+        items of different lengths.
+      ManagerStateError: if the manager is not started, or in client mode
+        (the snapshot is on the server's machine).
+    """
+    checks.positive('batch_size', batch_size, integer=True)
+    session = self._session
+    session.require(started=True)
+    session.backend.require('epoch')
+    config = session.config.table(table_name)
+    return epochs.batches(session.backend.snapshot_items(config.name),
+                          session.data_spec, table=config.name,
+                          batch_size=batch_size, seed=seed,
+                          drop_remainder=drop_remainder)

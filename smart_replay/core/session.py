@@ -1,0 +1,210 @@
+"""The state a `ReplayBufferManager` shares with its parts.
+
+One `Session` per manager holds what the manager's parts (`Sampling`,
+`Reporting`, the facade itself) read and change: the backend and its
+config, and while the buffer is started the Reverb client, the TF client
+for priorities, the replay buffer, the observers and the priority state. It
+checks the manager's state (open, started, same process) for all of them.
+"""
+
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+import reverb
+import tensorflow as tf
+
+from smart_replay import errors
+from smart_replay.backends import base as backend_lib
+from smart_replay.core import config as config_lib
+from smart_replay.core import local_server as server_lib
+from smart_replay.core import observer as observer_lib
+from smart_replay.core import priorities as priorities_lib
+from smart_replay.core import replay_buffer as replay_buffer_lib
+from smart_replay.core import stats as stats_lib
+
+
+class Session:
+  """A manager's shared state; see the module docstring.
+
+  Args:
+    data_spec: the spec of one step.
+    num_envs: environments the first observer receives steps of (or None).
+    sample_timeout_s: how long sampling waits for data.
+    connect_timeout_s: how long the server may take to answer.
+    observer_args: further `TrajectoryObserver` arguments (chunk length,
+      value policies, write and reconnect timeouts).
+    checkpoint: the manager's `checkpoint` (the replay buffer's
+      `py_client.checkpoint()`).
+    make_dataset: the manager's `get_dataset` (the replay buffer's
+      `as_dataset`).
+  """
+
+  def __init__(self, data_spec: Any, *, num_envs: Optional[int],
+               sample_timeout_s: float, connect_timeout_s: float,
+               observer_args: Dict[str, Any], checkpoint: Callable[[], str],
+               make_dataset: Callable[..., tf.data.Dataset]):
+    self._checkpoint, self._make_dataset = checkpoint, make_dataset
+    self.data_spec = data_spec
+    self.num_envs = num_envs
+    self.sample_timeout_s = sample_timeout_s
+    self.connect_timeout_s = connect_timeout_s
+    self._observer_args = observer_args
+    self.backend: Optional[backend_lib.Backend] = None
+    # Held while a step is written, and by checkpoint/clear/close, so that a
+    # checkpoint sees whole steps and its counts match its data.
+    self.lock = threading.RLock()
+    self.pid = os.getpid()
+    self.closed = False
+    self.client = self.tf_client = self.replay_buffer = None
+    self.priorities = self._priorities_of = None
+    self.observers: List[observer_lib.TrajectoryObserver] = []
+    self.steps_offset = self.episodes_offset = 0
+    self.blocked = stats_lib.BlockedSince()
+    # False once closed: a traced update_priorities then fails instead of
+    # waiting forever on the stopped server.
+    self.serving = tf.Variable(False, trainable=False, name='serving')
+
+  @property
+  def config(self) -> Optional[config_lib.BufferConfig]:
+    """The buffer's config (None in client mode before `connect()`)."""
+    return self.backend.config
+
+  def require(self, *, started: Optional[bool]) -> None:
+    """Raises unless open and (if `started` is not None) started or not.
+
+    Args:
+      started: True: must be started; False: must not be; None: either.
+
+    Raises:
+      ManagerStateError: saying which, and what to call.
+    """
+    if os.getpid() != self.pid:
+      raise errors.ManagerStateError(
+          f'this ReplayBufferManager was created in process {self.pid} and '
+          f'is used in process {os.getpid()}, a forked copy: a Reverb client '
+          'hangs after fork. Start worker processes with '
+          "multiprocessing.get_context('spawn') and build a manager in each "
+          "(client mode: server_address=...).")
+    if self.closed:
+      raise errors.ManagerStateError(
+          f'this ReplayBufferManager ({self.backend.where}) is closed; create '
+          'a new one.')
+    if started and self.client is None:
+      raise errors.ManagerStateError(
+          'the buffer is not started; call create_replay_buffer() or '
+          'load_replay_buffer() first (connect() in client mode).')
+    if started is False and self.client is not None:
+      raise errors.ManagerStateError(
+          'the buffer is already started (server at '
+          f'{self.client.server_address}).')
+
+  def known_config(self) -> config_lib.BufferConfig:
+    """The config; client mode must be connected to know it.
+
+    Raises:
+      ManagerStateError: in client mode before `connect()`, or if closed.
+    """
+    if self.config is None:
+      self.require(started=True)
+    return self.config
+
+  def serve(self, client: reverb.Client, **server) -> None:
+    """Makes the replay buffer, TF client and first observer of a buffer the
+    backend started (see `Hooks.serve`).
+
+    Args:
+      client: a client of the started server.
+      **server: `local_server=` or `server_address=`.
+    """
+    config = self.config
+    if self._priorities_of is not config:
+      self.priorities = priorities_lib.Priorities(config.tables)
+      self._priorities_of = config
+    first = config.table()
+    self.client, self.observers = client, []
+    self.replay_buffer = replay_buffer_lib.ManagedReplayBuffer(
+        self.data_spec, first.name,
+        first.sequence_length if first.kind == 'sequence' else None,
+        checkpoint=self._checkpoint, make_dataset=self._make_dataset,
+        rate_limiter_timeout_ms=int(self.sample_timeout_s * 1000), **server)
+    self.tf_client = reverb.TFClient(client.server_address)
+    self.serving.assign(True)
+    self.make_observer(num_envs=self.num_envs)
+
+  def unserve(self) -> None:
+    """Stops serving: the backend stops, clients and observers are dropped."""
+    self.serving.assign(False)
+    self.backend.stop()
+    self.client = self.replay_buffer = self.tf_client = None
+    self.observers = []
+
+  def make_observer(self, *, priority: Optional[float] = None,
+                    num_envs: Optional[int] = None
+                    ) -> observer_lib.TrajectoryObserver:
+    """Creates another observer on this buffer (e.g. one per actor thread).
+
+    Args:
+      priority: initial priority of its items; None uses each table's
+        `initial_priority`, else the table's largest priority so far.
+      num_envs: None for unbatched steps; N for batches of N environments'
+        steps (one stream, with its own episodes, per environment).
+
+    Returns:
+      A `TrajectoryObserver` writing to every table; the manager flushes and
+      closes it with the buffer.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      ValueError: if `priority` or `num_envs` is invalid.
+    """
+    self.require(started=True)
+    obs = observer_lib.TrajectoryObserver(
+        self.client, tables=list(self.config.tables),
+        data_spec=self.data_spec, num_envs=num_envs, priority=priority,
+        priority_fn=self.new_item_priority, lock=self.lock,
+        on_reconnect=self.backend.on_reconnect, **self._observer_args)
+    self.observers.append(obs)
+    return obs
+
+  def new_item_priority(self, table_name: str) -> float:
+    """The priority of new items of a table that sets none (see
+    `Priorities.new_item_priority`)."""
+    return self.priorities.new_item_priority(table_name)
+
+  def flush(self) -> None:
+    """Flushes every observer of this manager.
+
+    Raises:
+      WaitTimeoutError: if the server does not accept pending items in time.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps
+        (see `TrajectoryObserver`).
+    """
+    for obs in self.observers:
+      obs.flush()
+
+  def env_steps(self) -> int:
+    """Env steps written through the buffer, with those of a loaded one."""
+    return self.steps_offset + sum(o.num_steps for o in self.observers)
+
+  def episodes(self) -> int:
+    """Finished episodes likewise."""
+    return self.episodes_offset + sum(o.num_episodes for o in self.observers)
+
+  def counts(self) -> Dict[str, Any]:
+    """What a checkpoint's manifest counts beside Reverb's table counters."""
+    return {'env_steps': self.env_steps(), 'episodes': self.episodes(),
+            'tables': {name: {'max_priority': p}
+                       for name, p in self.priorities.current().items()}}
+
+  def server_info(self) -> Dict[str, Any]:
+    """`server_info()` of the running server, within `connect_timeout_s`.
+
+    Raises:
+      WaitTimeoutError: if the server does not answer in time.
+    """
+    return server_lib.server_info(self.client, self.connect_timeout_s)
+
+  def table_stats(self) -> Dict[str, Dict[str, int]]:
+    """Reverb's counters of the buffer's tables (see `stats.table_stats`)."""
+    return stats_lib.table_stats(self.server_info(), self.config.table_names)

@@ -1,0 +1,185 @@
+"""What `ReplayBufferManager.stats()` reports, computed from server answers.
+
+`table_stats` reads Reverb's counters; `BlockedSince` remembers since when a
+table's inserts or samples have been blocked; `report` assembles the whole
+`stats()` dict from those and the observers' counters.
+"""
+
+import collections
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+from smart_replay.core import limiter
+
+# Observer counters summed over all observers, by the key `report` gives them.
+OBSERVER_TOTALS = (('short_episodes', 'num_short_episodes'),
+                   ('short_episode_steps', 'num_short_episode_steps'),
+                   ('lost_steps', 'num_lost_steps'),
+                   ('lost_items', 'num_lost_items'),
+                   ('lost_at_restart', 'num_lost_at_restart'),
+                   ('reconnects', 'num_reconnects'))
+
+
+def table_stats(info: Mapping[str, Any],
+                names: Optional[Sequence[str]] = None
+                ) -> Dict[str, Dict[str, int]]:
+  """Reverb's counters of each table.
+
+  Args:
+    info: a server's `server_info()` answer, `{table: TableInfo}`.
+    names: the tables to report; default every table in `info`.
+
+  Returns:
+    `{table: {'items', 'max_size', 'inserts', 'samples', 'episodes',
+    'unique_samples'}}`; `inserts` / `samples` are the rate limiter's
+    counters.
+  """
+  tables = {}
+  for name in (info if names is None else names):
+    t = info[name]
+    tables[name] = {
+        'items': t.current_size,
+        'max_size': t.max_size,
+        'inserts': t.rate_limiter_info.insert_stats.completed,
+        'samples': t.rate_limiter_info.sample_stats.completed,
+        'episodes': t.num_episodes,
+        'unique_samples': t.num_unique_samples,
+    }
+  return tables
+
+
+class BlockedSince:
+  """Remembers since when each table's inserts / samples have been blocked.
+
+  Measured from the first `update` that saw them blocked.
+  """
+
+  def __init__(self):
+    self._since = {}
+
+  def update(self, table: str, state: Dict[str, Any], now: float) -> None:
+    """Adds `insert_blocked_for_s` / `sample_blocked_for_s` to `state`.
+
+    Args:
+      table: the table's name.
+      state: its `limiter.limiter_state` (with `can_insert`, `can_sample`);
+        updated in place.
+      now: `time.monotonic()` of this look.
+    """
+    for action in ('insert', 'sample'):
+      key = (table, action)
+      if state[f'can_{action}']:
+        self._since.pop(key, None)
+      else:
+        self._since.setdefault(key, now)
+      state[f'{action}_blocked_for_s'] = now - self._since.get(key, now)
+
+  def clear(self) -> None:
+    """Forgets every blocked table (after the tables were emptied)."""
+    self._since.clear()
+
+
+def observer_total(observers: Sequence[Any], attribute: str,
+                   table: Optional[str] = None) -> int:
+  """Sums one counter over observers.
+
+  Args:
+    observers: `TrajectoryObserver`s.
+    attribute: the counter, e.g. 'num_lost_steps'.
+    table: for per-table counters (dicts by table name), the table.
+
+  Returns:
+    The total.
+  """
+  values = (getattr(o, attribute) for o in observers)
+  return sum(v[table] for v in values) if table is not None else sum(values)
+
+
+def times_sampled_fields(per_item: Mapping[int, int]) -> Dict[str, Any]:
+  """`{'times_sampled': {key: n}, 'times_sampled_histogram': {n: items}}`.
+
+  Args:
+    per_item: how often each item (by key) was sampled.
+
+  Returns:
+    The two `stats(times_sampled=True)` fields of one table.
+  """
+  return {'times_sampled': dict(per_item),
+          'times_sampled_histogram': dict(sorted(
+              collections.Counter(per_item.values()).items()))}
+
+
+def report(configs: Sequence[Any], info: Mapping[str, Any], *,
+           blocked: BlockedSince, observers: Sequence[Any],
+           priority_of: Callable[[str], float], env_steps: int,
+           episodes: int) -> Dict[str, Any]:
+  """Assembles `ReplayBufferManager.stats()`.
+
+  The result::
+
+    {'tables': {name: {
+         'kind', 'items', 'max_size', 'inserts', 'samples', 'episodes',
+         'unique_samples',
+         'mean_times_sampled',   # samples / inserts
+         'rate_limiter': {'type', 'can_insert', 'can_sample',
+                          'inserts_before_blocking',
+                          'insert_blocked_for_s', 'sample_blocked_for_s',
+                          'insert_wait_total_s', 'sample_wait_total_s'},
+         'max_priority',         # prioritized tables
+         'long_episodes', 'dropped_episodes',  # episode tables
+         'times_sampled',        # {key: n}, if asked (times_sampled_fields)
+         'times_sampled_histogram'}},  # {n: items}, if asked
+     'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
+     'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
+
+  `items` is what the server holds (observers send a stream's items when
+  their chunk is complete, at episode ends and on `flush()`; this never
+  waits on a blocked table). `inserts`/`samples` are the rate limiter's
+  counters (Reverb counts samples prefetched by a dataset); `episodes` per
+  table is Reverb's count, which includes the episode in progress.
+  `*_blocked_for_s` is how long inserting / sampling has been blocked,
+  measured from the first look that saw it blocked (0 when not blocked);
+  `*_wait_total_s` is Reverb's total. `env_steps` / `episodes` count the
+  steps and finished episodes written through the buffer's observers
+  (carried over from a loaded checkpoint; in client mode, this process's
+  observers only); `lost_steps` / `lost_items` count what observers could
+  not store because the server stayed unreachable longer than
+  `reconnect_timeout_s`, and `lost_items` also the confirmed items a
+  restart of the server lost (`lost_at_restart`: confirmed after the
+  restored checkpoint's save began); `short_episodes` counts episodes
+  shorter than the shortest sequence item (their steps are in
+  `short_episode_steps`).
+
+  Args:
+    configs: the resolved table configs.
+    info: the server's `server_info()` answer.
+    blocked: the manager's blocked-since record (updated).
+    observers: the manager's observers.
+    priority_of: the new-item priority of a prioritized table.
+    env_steps: env steps written through the buffer (with carried-over ones).
+    episodes: finished episodes likewise.
+
+  Returns:
+    The stats dict, without the `times_sampled` fields.
+  """
+  tables = table_stats(info, [c.name for c in configs])
+  now = time.monotonic()
+  for config in configs:
+    stats = tables[config.name]
+    stats['kind'] = config.kind
+    stats['mean_times_sampled'] = (stats['samples'] / stats['inserts']
+                                   if stats['inserts'] else 0.0)
+    state = limiter.limiter_state(config, info[config.name])
+    blocked.update(config.name, state, now)
+    stats['rate_limiter'] = state
+    if config.prioritized:
+      stats['max_priority'] = priority_of(config.name)
+    if config.kind == 'episode':
+      stats['long_episodes'] = observer_total(observers, 'num_long_episodes',
+                                              config.name)
+      stats['dropped_episodes'] = observer_total(
+          observers, 'num_dropped_episodes', config.name)
+  result = {'tables': tables, 'env_steps': env_steps, 'episodes': episodes}
+  for key, attribute in OBSERVER_TOTALS:
+    result[key] = observer_total(observers, attribute)
+  return result
