@@ -26,6 +26,7 @@ from smart_replay.apps import progress as progress_lib
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import factory as policy_factory
 from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import checks
 from smart_replay.tools import provenance
 
 # Where buffers of a name are found; importable from here too.
@@ -136,8 +137,7 @@ def populate_starter_buffer(
   for name, value in (('capacity', capacity), ('steps_per_run', steps_per_run),
                       ('num_runs', num_runs),
                       ('sequence_length', sequence_length)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+    checks.positive(name, value, integer=True)
   if overwrite and resume:
     raise ValueError('overwrite and resume exclude each other: resume keeps '
                      'the existing buffer, overwrite replaces it.')

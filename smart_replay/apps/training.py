@@ -36,6 +36,7 @@ from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps.envs import factory as env_factory
+from smart_replay.core import checks
 from smart_replay.core import specs
 from smart_replay.tools import provenance
 
@@ -201,8 +202,7 @@ def train_from_starter(
                       ('train_steps_per_iteration', train_steps_per_iteration),
                       ('batch_size', batch_size),
                       ('checkpoint_every', checkpoint_every)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+    checks.positive(name, value, integer=True)
   if resume and overwrite:
     raise ValueError('resume and overwrite exclude each other.')
   run_dir = os.path.abspath(run_dir)

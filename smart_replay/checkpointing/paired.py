@@ -23,6 +23,7 @@ from smart_replay.checkpointing import durable
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import manifest as manifest_lib
+from smart_replay.core import checks
 
 _AGENT_CKPT = re.compile(r'^ckpt-(\d+)$')
 
@@ -185,15 +186,12 @@ class PairedCheckpointer:
   def __init__(self, manager: manager_lib.ReplayBufferManager, *,
                agent_dir: str, train_step: tf.Variable, interval: int,
                keep: Optional[int] = None, **trackables: Any):
-    if not isinstance(interval, int) or interval < 1:
-      raise ValueError(f'interval must be a positive number of train steps, '
-                       f'got {interval!r}.')
+    checks.positive('interval', interval, integer=True)
     if not trackables:
       raise ValueError('PairedCheckpointer needs something to checkpoint, e.g. '
                        'agent=agent.')
-    if keep is not None and (not isinstance(keep, int) or keep < 1):
-      raise ValueError(f'keep must be a positive integer or None, got '
-                       f'{keep!r}.')
+    if keep is not None:
+      checks.positive('keep', keep, integer=True)
     self._manager = manager
     self._train_step = train_step
     self._checkpoint = tf.train.Checkpoint(train_step=train_step, **trackables)

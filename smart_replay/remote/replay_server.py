@@ -23,6 +23,7 @@ import gin
 
 from smart_replay import errors
 from smart_replay import manager as manager_lib
+from smart_replay.core import checks
 from smart_replay.remote import control as control_lib
 from smart_replay.remote import handlers
 from smart_replay.remote import schedule as schedule_lib
@@ -91,7 +92,7 @@ class ReplayServer:
     self._schedule = schedule_lib.CheckpointSchedule(
         every_s=checkpoint_every_s, every_inserts=checkpoint_every_inserts,
         max_unsaved_s=max_unsaved_s, retry_s=checkpoint_retry_s)
-    schedule_lib.check_positive('log_every_s', log_every_s, optional=False)
+    checks.positive('log_every_s', log_every_s)
     if on_existing not in ON_EXISTING:
       raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
                        f'{on_existing!r}.')

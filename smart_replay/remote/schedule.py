@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from absl import logging
 
 from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.core import checks
 
 Counts = Tuple[int, int]  # (inserts, samples) over all tables.
 
@@ -46,28 +47,6 @@ def saved_counts(path: str) -> Counts:
           sum(c['samples'] for c in counters))
 
 
-def check_positive(name: str, value: Any, *, optional: bool = True) -> None:
-  """Checks that a setting is a positive number.
-
-  Args:
-    name: the argument's name, for the message.
-    value: its value.
-    optional: whether None is allowed.
-
-  Raises:
-    ValueError: if `value` is not a positive int or float (or None, when
-      allowed); names the argument and its value.
-  """
-  if value is None and optional:
-    return
-  if value is None:
-    raise ValueError(f'{name} must be a positive number, got None.')
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-      value <= 0:
-    raise ValueError(f'{name} must be None or a positive number, got '
-                     f'{value!r}.')
-
-
 class CheckpointSchedule:
   """The checkpoint schedule and retry policy of a `ReplayServer`.
 
@@ -99,11 +78,10 @@ class CheckpointSchedule:
     for name, value in (('checkpoint_every_s', every_s),
                         ('checkpoint_every_inserts', every_inserts),
                         ('max_unsaved_s', max_unsaved_s)):
-      check_positive(name, value)
-    check_positive('checkpoint_retry_s', retry_s, optional=False)
-    if every_inserts is not None and not isinstance(every_inserts, int):
-      raise ValueError(f'checkpoint_every_inserts must be an integer, got '
-                       f'{every_inserts!r}.')
+      if value is not None:
+        checks.positive(name, value,
+                        integer=name == 'checkpoint_every_inserts')
+    checks.positive('checkpoint_retry_s', retry_s)
     self._every_s = every_s
     self._every_inserts = every_inserts
     self._max_unsaved_s = max_unsaved_s

@@ -59,7 +59,7 @@ def test_record_keeps_the_newest_checkpoint():
 @pytest.mark.unit
 @pytest.mark.parametrize('kwargs, match', [
     ({'every_s': 0}, 'checkpoint_every_s'),
-    ({'every_inserts': 2.5}, 'checkpoint_every_inserts must be an integer'),
+    ({'every_inserts': 2.5}, 'checkpoint_every_inserts must be a positive integer'),
     ({'retry_s': None}, 'checkpoint_retry_s must be a positive number'),
     ({'max_unsaved_s': True}, 'max_unsaved_s'),
 ])
