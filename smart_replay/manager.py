@@ -1,17 +1,11 @@
 """`ReplayBufferManager`: a Reverb replay buffer for TF-Agents that keeps its word.
 
-Data flows one way: spec -> `BufferConfig` -> server -> observer / dataset ->
-checkpoint. It never restores a checkpoint silently, never lets a checkpoint's
-stored config override the requested one, never stores a step that does not
-match the spec, never waits without a timeout, and never lets Reverb's pruning
-delete a checkpoint it should keep.
-
-The manager is a facade over small parts sharing one `core.session.Session`:
-a backend (`smart_replay.backends`) owns where the server lives (in process on
-a buffer directory, or in client mode a standalone `smart-replay-serve`
-server), `core.sampling.Sampling` makes datasets and updates priorities,
-`core.reporting.Reporting` counts and reads the tables, and saving is
-`checkpointing.checkpointer.Checkpointer`.
+It never restores a checkpoint silently, never lets a checkpoint's stored
+config override the requested one, never stores a step that does not match the
+spec, never waits without a timeout, and never lets Reverb's pruning delete a
+checkpoint it should keep. A facade over parts sharing one `core.session`: a
+backend (`smart_replay.backends`: in-process server, or client mode), the
+`core.sampling` and `core.reporting` parts, `checkpointing.checkpointer`.
 """
 
 import functools
@@ -22,9 +16,7 @@ import gin
 
 from smart_replay import backends
 from smart_replay import errors
-from smart_replay.backends import base as backend_lib
 from smart_replay.checkpointing import checkpointer as checkpointer_lib
-from smart_replay.checkpointing import layout
 from smart_replay.core import config as config_lib
 from smart_replay.core import observer as observer_lib
 from smart_replay.core import replay_buffer as replay_buffer_lib
@@ -36,6 +28,12 @@ from smart_replay.core import tables as tables_lib
 
 Started = Tuple[replay_buffer_lib.ManagedReplayBuffer,
                 observer_lib.TrajectoryObserver]
+
+
+def _read(part: str, attribute: str, doc: str) -> property:
+  """A read-only manager property: `attribute` of the manager's `part`."""
+  return property(lambda self: getattr(getattr(self, part), attribute),
+                  doc=doc)
 
 
 def _forward(part: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,33 +64,28 @@ class ReplayBufferManager:
 
   Args:
     data_spec: spec of one step, e.g. `agent.collect_data_spec`.
-    capacity: items of the default table (and `max_size` of every table
-      config without one). Required unless in client mode.
-    checkpoint_dir: this buffer's directory (see `checkpointing.layout`).
-      Required unless in client mode (the server writes checkpoints).
+    capacity: default `max_size` of the tables; required unless client mode.
+    checkpoint_dir: the buffer directory (see `checkpointing.layout`);
+      required unless in client mode (the server writes checkpoints).
     sequence_length: steps per item, >= 1 (default 2).
     stride_length: steps between consecutive item starts, >= 1 (default 1).
-    table_configs: the tables (see `TableConfig`); default one uniform table
-      'experience'. The first is the default of `replay_buffer`,
-      `num_frames()` and `get_dataset()`.
+    table_configs: the tables (`TableConfig`s, the first the default);
+      default one uniform table 'experience'.
     keep_checkpoints: complete checkpoints to keep on disk, >= 1.
     sample_timeout_s: how long sampling waits for data before raising.
     write_timeout_s: how long observer flushes and episode ends wait.
     connect_timeout_s: how long to wait for the server to answer.
     checkpoint_timeout_s: how long `checkpoint()` waits for Reverb to write.
     port: the server's port; None picks a free one.
-    num_envs: None for unbatched steps; N if the first observer receives
-      batches of N environments' steps.
-    chunk_length: steps per Reverb chunk; None picks
-      `observer.auto_chunk_length(data_spec)`.
-    allow_version_mismatch: load checkpoints written with other dm-reverb,
-      tensorflow or tf-agents versions (with a warning) instead of refusing.
+    num_envs: N if the first observer gets batches of N envs' steps.
+    chunk_length: steps per Reverb chunk; None: `auto_chunk_length`.
+    allow_version_mismatch: load checkpoints of other dm-reverb, tensorflow
+      or tf-agents versions (with a warning) instead of refusing.
     server_address: client mode: 'host:port' of a standalone server; the
       buffer's config then comes from it, and any given here must match.
     control_address: client mode: the server's control service; default
       the Reverb port + 1.
-    reconnect_timeout_s: how long observers retry an unreachable server
-      before raising `ServerUnavailableError` (counting lost steps).
+    reconnect_timeout_s: how long observers retry an unreachable server.
     non_finite: 'error', 'warn' or 'allow' a NaN/Inf in a float field.
     float_bounds: the same for floats outside their bounded spec (default
       'warn'); other bound violations are always refused.
@@ -139,11 +132,7 @@ class ReplayBufferManager:
             'reconnect_timeout_s': float(reconnect_timeout_s)},
         checkpoint=self.checkpoint, make_dataset=self.get_dataset)
     self._backend = session.backend = backends.make_backend(
-        data_spec, hooks=backend_lib.Hooks(
-            serve=session.serve, flush=session.flush, lock=session.lock,
-            observers=lambda: list(session.observers),
-            require_started=lambda: session.require(started=True)),
-        server_address=server_address, capacity=capacity,
+        data_spec, hooks=session.hooks(), server_address=server_address, capacity=capacity,
         sequence_length=sequence_length, stride_length=stride_length,
         table_configs=table_configs, configs=configs,
         checkpoint_dir=checkpoint_dir, keep_checkpoints=keep_checkpoints,
@@ -153,7 +142,6 @@ class ReplayBufferManager:
         allow_version_mismatch=bool(allow_version_mismatch))
     self._sampling = sampling.Sampling(session)
     self._reporting = reporting.Reporting(session)
-    self._loaded = {'path': None, 'manifest': None}
 
   @classmethod
   def from_checkpoint(cls, source: str, *, checkpoint_dir: Optional[str] = None,
@@ -168,28 +156,15 @@ class ReplayBufferManager:
       **kwargs: other `ReplayBufferManager` arguments (timeouts, ...).
 
     Returns:
-      A `ReplayBufferManager` with the manifest's spec, capacity, lengths
-      and table configs.
+      A manager with the manifest's spec, capacity, lengths and tables.
 
     Raises:
       ValueError: if `kwargs` sets something the manifest decides.
       CheckpointNotFoundError: if there is no checkpoint at `source`.
       CheckpointCorruptError: if no checkpoint there has a readable manifest.
     """
-    controlled = sorted(set(kwargs) & {'data_spec', 'capacity',
-                                       'sequence_length', 'stride_length',
-                                       'table_configs'})
-    if controlled:
-      raise ValueError(f'from_checkpoint reads {controlled} from the '
-                       "checkpoint's manifest; do not pass them (construct "
-                       'ReplayBufferManager directly to change them).')
-    candidates = layout.find_checkpoints(source)
-    stored = layout.first_usable(candidates, layout.read_manifest,
-                                 failure=f'no readable manifest in {source}')
-    config = config_lib.BufferConfig.from_manifest(stored)
-    return cls(data_spec=config.data_spec, checkpoint_dir=checkpoint_dir or
-               layout.buffer_dir_of(candidates[0]),
-               **config.constructor_kwargs(), **kwargs)
+    return cls(**config_lib.from_checkpoint_arguments(source, checkpoint_dir,
+                                                      kwargs))
 
   # ----------------------------------------------------------------- start-up
 
@@ -217,16 +192,16 @@ class ReplayBufferManager:
     """
     self._backend.require('create_replay_buffer')
     self._session.require(started=False)
-    return self._start(lambda: self._backend.create(overwrite=overwrite))
+    self._start(lambda: self._backend.create(overwrite=overwrite))
+    return self._started()
 
   def load_replay_buffer(self, source: Optional[str] = None, *,
                          overwrite: bool = False) -> Started:
     """Starts a server restored from the newest usable checkpoint.
 
-    The manifest is compared with this manager's configuration before any
-    server starts; a damaged newest checkpoint falls back to an older one
-    with a warning. Another buffer is only read: new checkpoints go to this
-    manager's `checkpoint_dir`.
+    The manifest is compared with this manager's config before any server
+    starts; a damaged newest checkpoint falls back to an older one (with a
+    warning). Another buffer is only read: new checkpoints go here.
 
     Args:
       source: None for this `checkpoint_dir`; or another buffer directory,
@@ -249,20 +224,10 @@ class ReplayBufferManager:
     """
     self._backend.require('load_replay_buffer')
     self._session.require(started=False)
-    loaded = {}
-    started = self._start(lambda: loaded.update(self._backend.load(
-        source, overwrite=overwrite)))
-    counts = loaded['manifest']['counts']
-    session = self._session
-    session.steps_offset = counts['env_steps']
-    session.episodes_offset = counts['episodes']
-    session.priorities.restore(counts['tables'])
-    self._loaded = loaded
-    logging.info('Loaded replay buffer from %s: %s items, %d env steps.',
-                 loaded['path'],
-                 {n: c['items'] for n, c in counts['tables'].items()},
-                 counts['env_steps'])
-    return started
+    loaded = self._start(lambda: self._backend.load(source,
+                                                    overwrite=overwrite))
+    self._session.resume(loaded['path'], loaded['manifest'])
+    return self._started()
 
   def connect(self) -> Started:
     """Client mode: connects to the standalone server at `server_address`.
@@ -284,20 +249,24 @@ class ReplayBufferManager:
     """
     self._session.require(started=False)
     self._backend.require('connect')
-    return self._start(self._backend.connect)
+    self._start(self._backend.connect)
+    return self._started()
 
-  def _start(self, start: Callable[[], Any]) -> Started:
+  def _start(self, start: Callable[[], Any]) -> Any:
     """Runs a backend's start; on failure nothing stays served."""
     try:
-      start()
+      return start()
     except BaseException:
       self._session.unserve()
       raise
+
+  def _started(self) -> Started:  # What create/load/connect return.
     return self._session.replay_buffer, self._session.observers[0]
 
   # Writing, sampling and reading are the parts' (see their docstrings).
   make_observer = _forward('_session', session_lib.Session.make_observer)
   flush = _forward('_session', session_lib.Session.flush)
+  clear = _forward('_session', session_lib.Session.clear)
   get_dataset = _forward('_sampling', sampling.Sampling.get_dataset)
   check_prefill = _forward('_sampling', sampling.Sampling.check_prefill)
   update_priorities = _forward('_sampling',
@@ -352,99 +321,38 @@ class ReplayBufferManager:
     return self._backend.existing_checkpoints()
 
   # ---------------------------------------------------------------- lifecycle
-
-  @property
-  def replay_buffer(self) -> replay_buffer_lib.ManagedReplayBuffer:
-    """The TF-Agents replay buffer on the first table (None before start)."""
-    return self._session.replay_buffer
-
-  @property
-  def observer(self) -> Optional[observer_lib.TrajectoryObserver]:
-    """The observer returned by create/load/connect (None before start)."""
-    observers = self._session.observers
-    return observers[0] if observers else None
-
-  @property
-  def server_address(self) -> Optional[str]:
-    """'host:port' of the server (None before start)."""
-    client = self._session.client
-    return client.server_address if client else None
-
-  @property
-  def checkpoint_dir(self) -> Optional[str]:
-    """The absolute buffer directory (client mode: the server's, once
-    connected)."""
-    return self._backend.checkpoint_dir
-
-  @property
-  def keep_checkpoints(self) -> Optional[int]:
-    """Complete checkpoints kept on disk (client mode: once connected)."""
-    return self._backend.keep_checkpoints
-
-  @property
-  def table_configs(self) -> Sequence[tables_lib.TableConfig]:
-    """The resolved table configs, the default first."""
-    config = self._backend.config
-    return list(config.tables) if config else []
-
-  @property
-  def buffer_config(self) -> Optional[Dict[str, Any]]:
-    """The configuration as a manifest stores it (client mode: once
-    connected)."""
-    config = self._backend.config
-    return config.to_manifest() if config else None
-
-  @property
-  def sequence_length(self) -> Optional[int]:
-    """Steps per item (client mode: once connected)."""
-    config = self._backend.config
-    return config.sequence_length if config else None
-
-  @property
-  def data_spec(self) -> Any:
-    """The spec of one step this buffer stores."""
-    return self._session.data_spec
-
-  @property
-  def loaded_manifest(self) -> Optional[Dict[str, Any]]:
-    """The manifest `load_replay_buffer` restored (its `extra` holds what was
-    passed to `checkpoint(extra=...)`), or None."""
-    return self._loaded['manifest']
-
-  @property
-  def loaded_checkpoint(self) -> Optional[str]:
-    """The checkpoint folder `load_replay_buffer` restored, or None."""
-    return self._loaded['path']
-
-  def clear(self) -> None:
-    """Empties every table (client mode: for every client); checkpoints stay.
-
-    Observers are flushed and their episodes closed first; `stats()` counters
-    restart at zero.
-
-    Raises:
-      ManagerStateError: if the manager is not started.
-      WaitTimeoutError: if flushing the observers times out.
-    """
-    session = self._session
-    with session.lock:
-      session.require(started=True)
-      for obs in session.observers:
-        obs.end_episode()
-      for name in session.config.table_names:
-        session.client.reset(name)
-      for obs in session.observers:
-        obs.reset_counters()
-      session.steps_offset = session.episodes_offset = 0
-      session.priorities.reset()
-      session.blocked.clear()
+  replay_buffer = _read('_session', 'replay_buffer', """The TF-Agents replay
+      buffer (a `ManagedReplayBuffer`) on the first table (None before
+      start).""")
+  observer = _read('_session', 'observer', """The observer returned by
+      create/load/connect (None before start).""")
+  server_address = _read('_session', 'server_address', """'host:port' of the
+      running server, or client mode's server (None before start).""")
+  checkpoint_dir = _read('_backend', 'checkpoint_dir', """The absolute buffer
+      directory (client mode: the server's, on its machine, once
+      connected).""")
+  keep_checkpoints = _read('_backend', 'keep_checkpoints', """How many
+      complete checkpoints are kept on disk (client mode: the server's
+      setting, once connected).""")
+  table_configs = _read('_session', 'table_configs', """The resolved configs
+      of the tables, first one the default.""")
+  buffer_config = _read('_session', 'buffer_config', """The buffer's
+      configuration as a manifest stores it (spec, capacity, lengths,
+      tables); in client mode, once connected.""")
+  sequence_length = _read('_session', 'sequence_length', 'Steps per item.')
+  data_spec = _read('_session', 'data_spec',
+                    'The spec of one step this buffer stores.')
+  loaded_manifest = _read('_session', 'loaded_manifest', """The manifest of
+      the checkpoint `load_replay_buffer` restored, or None; its `extra` holds
+      what was passed to `checkpoint(extra=...)`.""")
+  loaded_checkpoint = _read('_session', 'loaded_checkpoint', """The
+      checkpoint folder `load_replay_buffer` restored, or None.""")
 
   def close(self) -> None:
-    """Flushes and closes the observers, then stops the server (client mode:
-    disconnects). Safe to call twice.
+    """Closes the observers and stops the server (client mode: disconnects).
 
-    A checkpoint still being written is waited for (`checkpoint_timeout_s`);
-    the server is stopped even if that or a flush fails, then it raises.
+    Safe to call twice. A save still being written is waited for; the server
+    stops even if that or a flush fails, then the error is raised.
 
     Raises:
       WaitTimeoutError: if an observer could not flush in time, or an earlier

@@ -276,14 +276,15 @@ class LocalBackend(base.Backend):
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Callable[[], Dict[str, Any]]) -> str:
-    """Flushes the observers and saves; see `Checkpointer.save`.
+    """Waits for an earlier timed-out save, flushes, then saves (with the
+    buffer config and `counts()`) through the `Checkpointer`.
 
     Args:
       extra: user metadata for the manifest.
-      counts: returns the manifest's counts once the observers are flushed.
+      counts: the manager's counts, read once the observers are flushed.
 
     Returns:
-      The checkpoint folder.
+      The new `ckpt-N` folder.
     """
     self._checkpointer.wait_for_pending_save()
     self._hooks.flush()

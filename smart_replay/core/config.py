@@ -12,6 +12,7 @@ import functools
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from smart_replay.checkpointing import layout
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import checks
 from smart_replay.core import specs
@@ -185,6 +186,42 @@ class BufferConfig:
                        "not 'prioritized': priorities would not change what "
                        'is sampled.')
     return config
+
+
+def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
+                              kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+  """`ReplayBufferManager` arguments configured like the newest checkpoint.
+
+  Args:
+    source: a buffer directory or one `ckpt-N` folder.
+    checkpoint_dir: where the manager writes; None for the buffer directory
+      of `source`.
+    kwargs: the caller's other manager arguments.
+
+  Returns:
+    `kwargs` with `data_spec`, `checkpoint_dir`, `capacity`,
+    `sequence_length`, `stride_length` and `table_configs` added from the
+    newest checkpoint with a readable manifest.
+
+  Raises:
+    ValueError: if `kwargs` sets something the manifest decides.
+    CheckpointNotFoundError: if there is no checkpoint at `source`.
+    CheckpointCorruptError: if no checkpoint there has a readable manifest.
+  """
+  controlled = sorted(set(kwargs) & {'data_spec', 'capacity',
+                                     'sequence_length', 'stride_length',
+                                     'table_configs'})
+  if controlled:
+    raise ValueError(f'from_checkpoint reads {controlled} from the '
+                     "checkpoint's manifest; do not pass them (construct "
+                     'ReplayBufferManager directly to change them).')
+  candidates = layout.find_checkpoints(source)
+  stored = layout.first_usable(candidates, layout.read_manifest,
+                               failure=f'no readable manifest in {source}')
+  config = BufferConfig.from_manifest(stored)
+  return {'data_spec': config.data_spec,
+          'checkpoint_dir': checkpoint_dir or layout.buffer_dir_of(
+              candidates[0]), **config.constructor_kwargs(), **kwargs}
 
 
 def check_manager_arguments(

@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
+from absl import logging
 import reverb
 import tensorflow as tf
 
@@ -60,6 +61,7 @@ class Session:
     self.priorities = self._priorities_of = None
     self.observers: List[observer_lib.TrajectoryObserver] = []
     self.steps_offset = self.episodes_offset = 0
+    self.loaded_manifest = self.loaded_checkpoint = None
     self.blocked = stats_lib.BlockedSince()
     # False once closed: a traced update_priorities then fails instead of
     # waiting forever on the stopped server.
@@ -99,6 +101,31 @@ class Session:
           'the buffer is already started (server at '
           f'{self.client.server_address}).')
 
+  @property
+  def observer(self) -> Optional[observer_lib.TrajectoryObserver]:
+    """The first observer (None before start)."""
+    return self.observers[0] if self.observers else None
+
+  @property
+  def server_address(self) -> Optional[str]:
+    """'host:port' of the server (None before start)."""
+    return self.client.server_address if self.client else None
+
+  @property
+  def table_configs(self) -> List[Any]:
+    """The resolved table configs ([] while the config is unknown)."""
+    return list(self.config.tables) if self.config else []
+
+  @property
+  def buffer_config(self) -> Optional[Dict[str, Any]]:
+    """The config as a manifest stores it (None while unknown)."""
+    return self.config.to_manifest() if self.config else None
+
+  @property
+  def sequence_length(self) -> Optional[int]:
+    """Steps per item (None while the config is unknown)."""
+    return self.config.sequence_length if self.config else None
+
   def known_config(self) -> config_lib.BufferConfig:
     """The config; client mode must be connected to know it.
 
@@ -131,6 +158,53 @@ class Session:
     self.tf_client = reverb.TFClient(client.server_address)
     self.serving.assign(True)
     self.make_observer(num_envs=self.num_envs)
+
+  def hooks(self) -> backend_lib.Hooks:
+    """What the backend may ask of this session (see `Hooks`)."""
+    return backend_lib.Hooks(
+        serve=self.serve, flush=self.flush, lock=self.lock,
+        observers=lambda: list(self.observers),
+        require_started=lambda: self.require(started=True))
+
+  def resume(self, path: str, manifest: Dict[str, Any]) -> None:
+    """Carries on the counts of a loaded checkpoint.
+
+    Args:
+      path: the loaded checkpoint folder.
+      manifest: its manifest.
+    """
+    self.loaded_checkpoint, self.loaded_manifest = path, manifest
+    counts = manifest['counts']
+    self.steps_offset = counts['env_steps']
+    self.episodes_offset = counts['episodes']
+    self.priorities.restore(counts['tables'])
+    logging.info('Loaded replay buffer from %s: %s items, %d env steps.', path,
+                 {n: c['items'] for n, c in counts['tables'].items()},
+                 counts['env_steps'])
+
+  def clear(self) -> None:
+    """Empties every table of the running server; checkpoints are untouched.
+
+    In client mode this empties the shared server's tables for every client.
+    Observers are flushed first and their current episode is closed, so
+    items written after `clear()` hold only steps written after it. Counters
+    in `stats()` restart at zero.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if flushing the observers times out.
+    """
+    with self.lock:
+      self.require(started=True)
+      for obs in self.observers:
+        obs.end_episode()
+      for name in self.config.table_names:
+        self.client.reset(name)
+      for obs in self.observers:
+        obs.reset_counters()
+      self.steps_offset = self.episodes_offset = 0
+      self.priorities.reset()
+      self.blocked.clear()
 
   def unserve(self) -> None:
     """Stops serving: the backend stops, clients and observers are dropped."""

@@ -283,19 +283,16 @@ class TableConfig:
 
   def inserts_before_blocking(self, *, inserts: int = 0, samples: int = 0,
                               size: int = 0) -> float:
-    """How many more items can be inserted before the rate limiter blocks.
-
-    This mirrors Reverb's `RateLimiter::CanInsert` for a table that nobody
-    samples meanwhile (e.g. while a starter buffer is populated).
+    """Inserts this table's limiter lets through while nothing samples.
 
     Args:
-      inserts: inserts the limiter has counted so far.
-      samples: samples it has counted so far.
-      size: items in the table now.
+      inserts: the limiter's insert count so far.
+      samples: its sample count so far.
+      size: the table's items now.
 
     Returns:
-      The number of further inserts that succeed with nothing sampling
-      (`math.inf` for a `min_size_to_sample`-only limiter).
+      `limiter.inserts_before_blocking` of this config (`math.inf` when only
+      `min_size_to_sample` limits).
     """
     return limiter.inserts_before_blocking(self, inserts=inserts,
                                            samples=samples, size=size)

@@ -99,3 +99,36 @@ def test_existing_data_sees_raw_reverb_checkpoints(tmp_path):
 def test_bad_keep(tmp_path, keep):
   with pytest.raises(ValueError, match='keep_checkpoints'):
     checkpoint_store.CheckpointStore(str(tmp_path), keep=keep)
+
+
+# -- choosing the first usable checkpoint (no Reverb server) -------------------
+
+def test_first_usable_falls_back_past_a_damaged_one():
+  def try_one(path):
+    if path == 'ckpt-3':
+      raise errors.CheckpointCorruptError('ckpt-3 is damaged: x changed')
+    return f'loaded {path}'
+  assert checkpoints.first_usable(['ckpt-3', 'ckpt-2', 'ckpt-1'], try_one,
+                                  failure='none') == 'loaded ckpt-2'
+
+
+def test_first_usable_lists_every_problem():
+  def try_one(path):
+    raise errors.CheckpointCorruptError(f'{path} is damaged')
+  with pytest.raises(errors.CheckpointCorruptError,
+                     match=r'^no usable checkpoint in /b: ckpt-2 is damaged '
+                     r'\| ckpt-1 is damaged$'):
+    checkpoints.first_usable(['ckpt-2', 'ckpt-1'], try_one,
+                             failure='no usable checkpoint in /b')
+
+
+def test_first_usable_does_not_hide_other_errors():
+  def try_one(path):
+    raise OSError(f'{path}: disk gone')
+  with pytest.raises(OSError, match='disk gone'):
+    checkpoints.first_usable(['ckpt-1'], try_one, failure='none')
+
+
+def test_read_manifest_names_the_checkpoint(tmp_path):
+  with pytest.raises(errors.CheckpointCorruptError, match=str(tmp_path)):
+    checkpoints.read_manifest(str(tmp_path))

@@ -1,0 +1,85 @@
+"""Tests for smart_replay.core.config (no Reverb server)."""
+
+import json
+
+import pytest
+
+from smart_replay.core import config as config_lib
+from smart_replay.core import tables
+
+
+def _config(data_spec, **overrides):
+  kwargs = dict(data_spec=data_spec, capacity=100, sequence_length=3,
+                stride_length=1, table_configs=[tables.TableConfig()])
+  kwargs.update(overrides)
+  return config_lib.BufferConfig.resolve(**kwargs)
+
+
+def test_resolve_fills_table_fields_from_the_buffer(data_spec):
+  config = _config(data_spec)
+  table = config.table()
+  assert (table.max_size, table.sequence_length, table.stride_length) == (
+      100, 3, 1)
+
+
+def test_manifest_round_trip(data_spec):
+  config = _config(data_spec, table_configs=[
+      tables.TableConfig(), tables.TableConfig(name='p', sampler='prioritized',
+                                               max_size=7)])
+  stored = json.loads(json.dumps(config.to_manifest()))
+  again = config_lib.BufferConfig.from_manifest(stored)
+  assert again.to_manifest() == config.to_manifest()
+  assert again.tables == config.tables
+  assert again.diff(config) == [] and config.diff(stored) == []
+  assert again.constructor_kwargs()['table_configs'] == list(config.tables)
+
+
+def test_diff_lists_every_difference_with_both_values(data_spec):
+  stored = _config(data_spec).to_manifest()
+  requested = _config(data_spec, capacity=50, stride_length=2)
+  diffs = requested.diff(stored)
+  assert ('capacity', 100, 50) in diffs
+  assert ('stride_length', 1, 2) in diffs
+  assert ('tables/experience/max_size', 100, 50) in diffs
+  assert ('tables/experience/stride_length', 1, 2) in diffs
+
+
+def test_table_lookups_name_what_there_is(data_spec):
+  config = _config(data_spec, table_configs=[
+      tables.TableConfig(), tables.TableConfig(name='p', sampler='prioritized')])
+  assert config.table_names == ['experience', 'p']
+  assert config.table('p').name == 'p'
+  assert config.prioritized_table().name == 'p'
+  with pytest.raises(ValueError, match=r"unknown table_name 'q'.*'p'"):
+    config.table('q')
+  with pytest.raises(ValueError, match="not 'prioritized'"):
+    config.prioritized_table('experience')
+  with pytest.raises(ValueError, match='no prioritized table'):
+    _config(data_spec).prioritized_table()
+
+
+def test_config_is_immutable(data_spec):
+  config = _config(data_spec)
+  with pytest.raises(AttributeError):
+    config.capacity = 5
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'server_address': 'nohost'}, "server_address must be 'host:port'"),
+    ({'server_address': 'h:1', 'port': 5}, 'client mode'),
+    ({'capacity': None}, r'capacity \(None\) and checkpoint_dir'),
+    ({'lengths': {'capacity': 0}}, 'capacity must be a positive integer, got 0'),
+    ({'timeouts': {'sample_timeout_s': -1}},
+     'sample_timeout_s must be a positive number, got -1'),
+    ({'table_configs': [tables.TableConfig(), tables.TableConfig()]},
+     'names must be unique'),
+    ({'counts': {'num_envs': 1.5}}, 'num_envs must be a positive integer'),
+    ({'policies': {'non_finite': 'ignore'}}, "non_finite must be one of"),
+])
+def test_manager_argument_checks_name_the_argument(kwargs, message):
+  args = dict(server_address=None, capacity=10, checkpoint_dir='/tmp/x',
+              port=None, lengths={}, timeouts={}, table_configs=None,
+              counts={}, policies={})
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=message):
+    config_lib.check_manager_arguments(**args)
