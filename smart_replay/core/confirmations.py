@@ -44,6 +44,8 @@ class ConfirmationLog:
     self._max_entries = max_entries
     self._entries: List[Tuple[float, int]] = []
     self.total = 0
+    # Until when items lost at a server restart are counted already.
+    self._lost_counted_until = 0.0
 
   def add(self, count: int, now: Optional[float] = None) -> None:
     """Records that `count` more items were confirmed (at `now`).
@@ -75,3 +77,23 @@ class ConfirmationLog:
         break
       before = total
     return self.total - before
+
+  def lost_at_restart(self, saved_since: Optional[float]) -> int:
+    """Items a server restart lost that an earlier call did not count.
+
+    The server lost the items it confirmed after the restored checkpoint's
+    save began (`confirmed_after`); items counted by an earlier call are not
+    counted again.
+
+    Args:
+      saved_since: when the restored checkpoint's save began (wall time), or
+        None if the server restored no checkpoint (every confirmed item is
+        lost).
+
+    Returns:
+      The number of items, >= 0.
+    """
+    since = max(saved_since or 0.0, self._lost_counted_until)
+    lost = self.confirmed_after(since)
+    self._lost_counted_until = time.time()
+    return lost

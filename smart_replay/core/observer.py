@@ -30,7 +30,6 @@ environment.
 
 import os
 import threading
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import reverb
@@ -148,10 +147,9 @@ class TrajectoryObserver:
                float_bounds: str = 'warn',
                on_reconnect: Optional[
                    Callable[['TrajectoryObserver'], None]] = None):
-    _check_arguments(tables, num_envs=num_envs, priority=priority,
-                     timeout_s=timeout_s,
-                     reconnect_timeout_s=reconnect_timeout_s,
-                     chunk_length=chunk_length)
+    step_validation.check_observer_arguments(
+        tables, num_envs=num_envs, priority=priority, timeout_s=timeout_s,
+        reconnect_timeout_s=reconnect_timeout_s, chunk_length=chunk_length)
     # Raises on a bad non_finite, float_bounds or data_spec. Kept as the bound
     # `__call__`, called on every step: as fast as a method of the observer
     # (calling the instance itself adds ~50 ns a call in CPython 3.11).
@@ -171,9 +169,8 @@ class TrajectoryObserver:
     self._counters = counters_lib.Counters.for_tables(
         self.table_names, [t.name for t in self._tables if t.kind == 'episode'])
     # When this observer's items were confirmed (to count what a server
-    # restart lost), and until when such losses are counted already.
+    # restart lost).
     self.confirmations = confirmations_lib.ConfirmationLog()
-    self._restart_counted_until = 0.0
     planner = planner_lib.ItemPlanner(self._tables, counters=self._counters,
                                       priority=priority,
                                       priority_fn=priority_fn)
@@ -332,9 +329,7 @@ class TrajectoryObserver:
       The items counted as lost now.
     """
     with self._lock:
-      since = max(saved_since or 0.0, self._restart_counted_until)
-      lost = self.confirmations.confirmed_after(since)
-      self._restart_counted_until = time.time()
+      lost = self.confirmations.lost_at_restart(saved_since)
       self._counters.lost_items += lost
       self._counters.lost_at_restart += lost
     if lost:
@@ -399,30 +394,3 @@ class TrajectoryObserver:
     """
     return self._counters.as_dict()
 
-
-def _check_arguments(tables, *, num_envs, priority, timeout_s,
-                     reconnect_timeout_s, chunk_length) -> None:
-  """Raises `ValueError` naming the first bad argument of the observer."""
-  if not tables:
-    raise ValueError(f'tables must hold at least one TableConfig, got '
-                     f'{tables!r}.')
-  for config in tables:
-    if not isinstance(config, tables_lib.TableConfig) or (
-        config.item_length is None):
-      raise ValueError(f'tables entries must be resolved TableConfigs '
-                       f'(TableConfig.resolve), got {config!r}.')
-  step_validation.check_num_envs(num_envs)
-  if priority is not None and (not isinstance(priority, (int, float)) or
-                               priority <= 0):
-    raise ValueError(f'priority must be None or a number > 0 (an item of '
-                     f'priority 0 is never sampled), got {priority!r}.')
-  for name, value in (('timeout_s', timeout_s),
-                      ('reconnect_timeout_s', reconnect_timeout_s)):
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or
-        value <= 0):
-      raise ValueError(f'{name} must be > 0 seconds, got {value!r}.')
-  if chunk_length is not None and (
-      isinstance(chunk_length, bool) or not isinstance(chunk_length, int) or
-      chunk_length < 1):
-    raise ValueError(f'chunk_length must be None (automatic) or an integer '
-                     f'>= 1, got {chunk_length!r}.')

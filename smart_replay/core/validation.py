@@ -1,8 +1,8 @@
-"""Checks every step an observer writes against the data spec.
+"""Checks an observer's arguments, and every step it writes, against the spec.
 
-The stock TF-Agents observers switch Reverb's write validation off: a step of
-the wrong dtype or shape is stored and poisons the tables until sampling fails,
-far from the step that caused it. `StepValidator` checks each step before
+A step of the wrong dtype or shape that reaches a Reverb writer without
+validation is stored and poisons the tables until sampling fails, far from
+the step that caused it. `StepValidator` checks each step before
 anything reaches a writer and raises `TrajectorySpecError`, naming the field's
 path, the offending values and what was expected; the observer then writes
 nothing of the step (with `num_envs`, no environment's step of the call). It
@@ -22,37 +22,30 @@ checks
   is not checked for it any more) or written silently ('allow').
 
 It runs on every step, so the value checks are precomputed per field as the
-cheapest test that covers them (see `_value_checks`); only a step that fails
-its test is examined further, to name the offending values.
+cheapest test that covers them (`value_checks.ValueChecks`); only a step that
+fails its test is examined further, to name the offending values.
 """
 
 import collections.abc
 import math
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, Optional, Sequence
 
-from absl import logging
 import numpy as np
-from tf_agents.trajectories import time_step as ts
 import tree
 
 from smart_replay import errors
+from smart_replay.core import checks
 from smart_replay.core import specs
+from smart_replay.core import structure
+from smart_replay.core import tables as tables_lib
+from smart_replay.core import value_checks
+# The test modes of the hot loop, as globals of this module; VALUE_POLICIES
+# stays importable from here.
+from smart_replay.core.value_checks import ELEMENTWISE, SCALAR
+from smart_replay.core.value_checks import SMALL, SMALL_FLOAT, STEP_TYPES
+from smart_replay.core.value_checks import UNIFORM, VALUE_POLICIES
 
 
-# The step types the observer cuts episodes by; any other value is refused.
-_STEP_TYPES = (int(ts.StepType.FIRST), int(ts.StepType.MID),
-               int(ts.StepType.LAST))
-# What `non_finite` and `float_bounds` may be.
-VALUE_POLICIES = ('error', 'warn', 'allow')
-# How `StepValidator` tests a field's values on the hot path (see
-# `_value_checks`): one scalar; the min and max of a small array as a list
-# (numpy's per-call cost is 10x Python's below ~32 values), with a NaN check
-# for floats; the min and max of a larger array with numpy; an array against
-# elementwise bounds; membership in `_STEP_TYPES`.
-_SCALAR, _SMALL_FLOAT, _SMALL, _UNIFORM, _ELEMENTWISE, _MEMBERS = range(6)
-_SMALL_SIZE = 32
-# Offending values named per field in an error or warning.
-_MAX_REPORTED = 5
 _MINIMUM, _MAXIMUM = np.minimum.reduce, np.maximum.reduce
 _SEQUENCES = (tuple, list)
 _ERROR_HINTS = {
@@ -67,39 +60,58 @@ def _as_array(value):
   return value.numpy() if hasattr(value, 'numpy') else np.asarray(value)
 
 
-def check_num_envs(num_envs: Optional[int]) -> None:
-  """Checks an observer's `num_envs`.
+def check_observer_arguments(tables: Sequence[Any], *,
+                             num_envs: Optional[int],
+                             priority: Optional[float], timeout_s: float,
+                             reconnect_timeout_s: float,
+                             chunk_length: Optional[int]) -> None:
+  """Checks the arguments of a `TrajectoryObserver` (see there).
 
   Args:
-    num_envs: None (unbatched steps) or the environments per step.
+    tables: resolved `TableConfig`s, at least one.
+    num_envs: None or an integer >= 1.
+    priority: None or a number > 0.
+    timeout_s: a positive number.
+    reconnect_timeout_s: a positive number.
+    chunk_length: None or an integer >= 1.
 
   Raises:
-    ValueError: unless it is None or an integer >= 1.
+    ValueError: naming the first bad argument and its value.
   """
-  if num_envs is not None and (isinstance(num_envs, bool) or
-                               not isinstance(num_envs, int) or num_envs < 1):
-    raise ValueError(f'num_envs must be None (unbatched) or an integer >= 1, '
-                     f'got {num_envs!r}.')
+  if not tables:
+    raise ValueError(f'tables must hold at least one TableConfig, got '
+                     f'{tables!r}.')
+  for config in tables:
+    if not isinstance(config, tables_lib.TableConfig) or (
+        config.item_length is None):
+      raise ValueError(f'tables entries must be resolved TableConfigs '
+                       f'(TableConfig.resolve), got {config!r}.')
+  check_optional_count('num_envs', num_envs, 'unbatched')
+  if priority is not None and (not isinstance(priority, (int, float)) or
+                               priority <= 0):
+    raise ValueError(f'priority must be None or a number > 0 (an item of '
+                     f'priority 0 is never sampled), got {priority!r}.')
+  checks.positive('timeout_s', timeout_s)
+  checks.positive('reconnect_timeout_s', reconnect_timeout_s)
+  check_optional_count('chunk_length', chunk_length, 'automatic')
 
 
-class _ValueCheck(NamedTuple):
-  """What is checked in the values of one field, to describe a failure.
+def check_optional_count(name: str, value: Optional[int],
+                         none_means: str) -> None:
+  """Checks an argument that is None or a positive integer.
 
-  Attributes:
-    path: the field's path.
-    kind: 'step_type' (must be FIRST, MID or LAST), 'integer' (within its
-      bounds) or 'float' (finite and/or within its bounds).
-    low, high: the spec's bounds broadcast to the field's shape (None for
-      step types and fields whose bounds are not checked).
-    finite: whether NaN/Inf are looked for (`non_finite` is not 'allow').
-    bounds: the bounds as text, e.g. 'float32[3] in [-10.0, 40.0]'.
+  Args:
+    name: the argument's name, for the message.
+    value: its value.
+    none_means: what None stands for, for the message (e.g. 'automatic').
+
+  Raises:
+    ValueError: unless `value` is None or an integer >= 1 (not a bool).
   """
-  path: str
-  kind: str
-  low: Optional[np.ndarray]
-  high: Optional[np.ndarray]
-  finite: bool
-  bounds: str
+  if value is not None and (isinstance(value, bool) or
+                            not isinstance(value, int) or value < 1):
+    raise ValueError(f'{name} must be None ({none_means}) or an integer >= 1, '
+                     f'got {value!r}.')
 
 
 class StepValidator:
@@ -127,7 +139,7 @@ class StepValidator:
 
   def __init__(self, data_spec: Any, *, num_envs: Optional[int] = None,
                non_finite: str = 'error', float_bounds: str = 'warn'):
-    check_num_envs(num_envs)
+    check_optional_count('num_envs', num_envs, 'unbatched')
     for name, value in (('non_finite', non_finite),
                         ('float_bounds', float_bounds)):
       if not isinstance(value, str) or value not in VALUE_POLICIES:
@@ -146,25 +158,22 @@ class StepValidator:
     self._dtypes = [np.dtype(leaf.dtype) for leaf in self._leaves]
     self._shapes = [tuple(leaf.shape) for leaf in self._leaves]
     self._num_envs = num_envs
-    self._non_finite = non_finite
-    self._float_bounds = float_bounds
-    # (field path, 'non_finite' | 'float_bounds') warned about already: not
-    # checked any more (see `_value_checks`).
-    self._warned = set()
     paths = [leaf.path for leaf in self._leaves]
-    self._step_types = {paths.index('step_type'),
-                        paths.index('next_step_type')}
-    self._checks = self._value_checks()
+    self._values = value_checks.ValueChecks(
+        self._leaves, num_envs=num_envs, non_finite=non_finite,
+        float_bounds=float_bounds,
+        step_types={paths.index('step_type'), paths.index('next_step_type')})
+    self._checks = self._values.checks
     # Where a step must hold the spec's keys in its flattening order (tree's
     # own check ignores keys): (steps, keys, key set, is a mapping).
     self._keyed = [(steps, keys, frozenset(keys), is_mapping)
-                   for steps, keys, is_mapping in specs.keyed_nodes(data_spec)]
+                   for steps, keys, is_mapping in structure.keyed_nodes(data_spec)]
 
   def __call__(self, trajectory: Any) -> List[np.ndarray]:
     """Returns the step's fields, flat, if they match the data spec.
 
     Checks the structure, then each field's dtype and shape, then its values
-    (`_value_checks`); logs the warnings of an accepted step.
+    (`value_checks`); logs the warnings of an accepted step.
 
     Args:
       trajectory: one step matching the data spec: unbatched, or with an
@@ -219,30 +228,30 @@ class StepValidator:
     problems = None
     for index, mode, low, high, check in self._checks:
       array = arrays[index]
-      if mode == _SCALAR:
+      if mode == SCALAR:
         if low <= array.item() <= high:
           continue
-      elif mode == _SMALL_FLOAT:
+      elif mode == SMALL_FLOAT:
         # min() and max() skip a NaN unless it comes first; sum() does not.
         values = array.ravel().tolist()
         if (low <= min(values) and max(values) <= high and
             not math.isnan(sum(values))):
           continue
-      elif mode == _SMALL:
+      elif mode == SMALL:
         values = array.ravel().tolist()
         if low <= min(values) and max(values) <= high:
           continue
-      elif mode == _UNIFORM:
+      elif mode == UNIFORM:
         # NaN propagates through minimum/maximum, and fails the comparison.
         if (low <= _MINIMUM(array, axis=None) and
             _MAXIMUM(array, axis=None) <= high):
           continue
-      elif mode == _ELEMENTWISE:
+      elif mode == ELEMENTWISE:
         if (low <= array).all() and (array <= high).all():
           continue
-      elif np.isin(array, _STEP_TYPES).all():
+      elif np.isin(array, STEP_TYPES).all():
         continue
-      problems = (problems or []) + self._value_problems(check, array)
+      problems = (problems or []) + self._values.problems(check, array)
     if problems:
       refused = [text + _ERROR_HINTS[setting]
                  for policy, setting, _, text in problems if policy == 'error']
@@ -252,169 +261,16 @@ class StepValidator:
         raise errors.TrajectorySpecError(
             '; '.join(refused) + f'. {written}; the data already in the '
             'buffer is unchanged.')
-      self._warn([problem[1:] for problem in problems
-                  if problem[0] == 'warn'])
+      self._values.warn([problem[1:] for problem in problems
+                         if problem[0] == 'warn'])
+      self._checks = self._values.checks
     return arrays
-
-  def _warn(self, problems: list) -> None:
-    """Logs each `(setting, path, text)` of a written step, once per field.
-
-    A field is not checked for that setting any more afterwards, so a field
-    that is always out of its (loose) bounds costs no time.
-    """
-    for setting, path, text in problems:
-      if (path, setting) in self._warned:
-        continue
-      self._warned.add((path, setting))
-      logging.warning("%s. The step was written (%s='warn'); this is logged "
-                      'once per field.', text, setting)
-    if problems:
-      self._checks = self._value_checks()
-
-  def _value_checks(self) -> list:
-    """Precomputes the value checks of every field, for `__call__`.
-
-    Step types must be FIRST, MID or LAST; integer fields of a bounded spec
-    must lie within the bounds (unless those span the whole dtype); floating
-    fields must be finite unless `non_finite` is 'allow', and within bounded
-    spec's bounds unless `float_bounds` is 'allow'. A field and policy that
-    were warned about once are not checked any more.
-
-    Returns:
-      `(index, mode, low, high, check)` per field with something to check:
-      the fast test is `low <= value <= high` for one scalar (`_SCALAR`),
-      `low <= min(array)` and `max(array) <= high` (`_SMALL`, `_SMALL_FLOAT`
-      in Python, `_UNIFORM` in numpy), the same elementwise
-      (`_ELEMENTWISE`), or step type membership (`_MEMBERS`); a NaN fails
-      each of them. `check` (a `_ValueCheck`) describes a failure.
-    """
-    checks = []
-    scalar = self._num_envs is None
-    for index, (leaf, dtype, shape) in enumerate(zip(
-        self._leaves, self._dtypes, self._shapes)):
-      if not np.prod(shape, dtype=np.int64):
-        continue  # No values.
-      bounded = leaf.minimum is not None
-      low = high = None
-      if bounded:
-        low = np.broadcast_to(np.asarray(leaf.minimum, dtype), shape)
-        high = np.broadcast_to(np.asarray(leaf.maximum, dtype), shape)
-      if index in self._step_types:
-        if np.issubdtype(dtype, np.integer):
-          fast_low, fast_high = np.asarray(0, dtype), np.asarray(2, dtype)
-        else:
-          fast_low = fast_high = None  # Membership: 1.5 is no step type.
-        check = _ValueCheck(leaf.path, 'step_type', None, None, False, '')
-      elif np.issubdtype(dtype, np.integer):
-        info = np.iinfo(dtype)
-        if not bounded or (low.min() <= info.min and high.max() >= info.max):
-          continue
-        fast_low, fast_high = low, high
-        check = _ValueCheck(leaf.path, 'integer', low, high, False,
-                            self._bounds_text(leaf, low, high))
-      elif np.issubdtype(dtype, np.floating):
-        finite = self._non_finite != 'allow' and (
-            leaf.path, 'non_finite') not in self._warned
-        bounded = bounded and self._float_bounds != 'allow' and (
-            leaf.path, 'float_bounds') not in self._warned
-        if not finite and not bounded:
-          continue
-        largest = np.finfo(dtype).max if finite else np.inf
-        fast_low = np.full(shape, -largest, dtype)
-        fast_high = np.full(shape, largest, dtype)
-        if bounded:
-          fast_low = np.maximum(fast_low, low)
-          fast_high = np.minimum(fast_high, high)
-        check = _ValueCheck(
-            leaf.path, 'float', low if bounded else None,
-            high if bounded else None, finite,
-            self._bounds_text(leaf, low, high) if bounded else '')
-      else:
-        continue  # bool, string, complex: dtype and shape only.
-      if fast_low is None:
-        mode = _MEMBERS
-      elif scalar and not shape:
-        mode, fast_low, fast_high = _SCALAR, fast_low.item(), fast_high.item()
-      elif fast_low.min() == fast_low.max() and (
-          fast_high.min() == fast_high.max()):
-        fast_low, fast_high = fast_low.flat[0], fast_high.flat[0]
-        mode = _UNIFORM
-        if np.prod(shape, dtype=np.int64) * (self._num_envs or 1) <= (
-            _SMALL_SIZE):
-          mode = _SMALL_FLOAT if check.kind == 'float' else _SMALL
-          fast_low, fast_high = fast_low.item(), fast_high.item()
-      else:
-        mode = _ELEMENTWISE
-        fast_low, fast_high = np.array(fast_low), np.array(fast_high)
-      checks.append((index, mode, fast_low, fast_high, check))
-    return checks
-
-  @staticmethod
-  def _bounds_text(leaf: specs.SpecLeaf, low: np.ndarray,
-                   high: np.ndarray) -> str:
-    """E.g. 'int64[2] in [0, 3]', or elementwise 'minimum [..], maximum [..]'."""
-    if low.min() == low.max() and high.min() == high.max():
-      bounds = f'[{low.flat[0]}, {high.flat[0]}]'
-    else:
-      bounds = f'[minimum {low.tolist()}, maximum {high.tolist()}]'
-    return f'{leaf.dtype}{list(leaf.shape)} in {bounds}'
-
-  def _offenders(self, array: np.ndarray, bad: np.ndarray) -> str:
-    """The values of `array` where `bad` holds, with their index."""
-    if array.ndim == 0:
-      return str(array[()])
-    where = np.argwhere(bad)
-    shown = []
-    for index in where[:_MAX_REPORTED]:
-      text = f'{array[tuple(index)]} at index {index.tolist()}'
-      if self._num_envs is not None:
-        text += f' (environment {index[0]})'
-      shown.append(text)
-    if len(where) > _MAX_REPORTED:
-      shown.append(f'and {len(where) - _MAX_REPORTED} more')
-    return ', '.join(shown)
-
-  def _value_problems(self, check: _ValueCheck, array: np.ndarray) -> list:
-    """Why the values of a field failed their fast test.
-
-    Returns:
-      `(policy, setting, path, text)` per problem: policy 'error', 'warn' or
-      'allow', from `setting` ('non_finite', 'float_bounds'; None for the
-      problems that are always errors). Empty if the values are acceptable
-      (e.g. NaN/Inf that `non_finite` allows).
-    """
-    path = check.path
-    if check.kind == 'step_type':
-      bad = ~np.isin(array, _STEP_TYPES)
-      return [('error', None, path, f'trajectory field {path!r} holds '
-               f'{self._offenders(array, bad)}; expected a TF-Agents StepType: '
-               'FIRST=0, MID=1 or LAST=2 (the observer cuts episodes by it)')]
-    if check.kind == 'integer':
-      bad = (array < check.low) | (array > check.high)
-      return [('error', None, path, f'trajectory field {path!r} holds '
-               f'{self._offenders(array, bad)}, outside the bounds of its '
-               f'spec: expected {check.bounds}')]
-    problems = []
-    finite = np.isfinite(array)
-    if check.finite and not finite.all():
-      problems.append((self._non_finite, 'non_finite', path,
-                       f'trajectory field {path!r} holds '
-                       f'{self._offenders(array, ~finite)}; expected finite '
-                       'values'))
-    if check.low is not None:
-      bad = finite & ((array < check.low) | (array > check.high))
-      if bad.any():
-        problems.append((self._float_bounds, 'float_bounds', path,
-                         f'trajectory field {path!r} holds '
-                         f'{self._offenders(array, bad)}, outside the bounds '
-                         f'of its spec: expected {check.bounds}'))
-    return problems
 
   def _structure_error(self, trajectory: Any,
                        error: Exception) -> errors.TrajectorySpecError:
     """Explains why `trajectory` does not have the data spec's structure."""
     expected = {leaf.path for leaf in self._leaves}
-    received = {'/'.join(map(str, p)) or '<root>'
+    received = {specs.join_path(p)
                 for p, _ in tree.flatten_with_path(trajectory)}
     missing, unexpected = expected - received, received - expected
     if isinstance(trajectory, collections.abc.Mapping):
@@ -426,7 +282,7 @@ class StepValidator:
       differences = []
     else:
       text = 'trajectory structure does not match the data spec'
-      differences = specs.container_differences(self._data_spec, trajectory)
+      differences = structure.container_differences(self._data_spec, trajectory)
     if missing or unexpected:
       differences.append(f'missing fields {sorted(missing)}, unexpected '
                          f'fields {sorted(unexpected)}')

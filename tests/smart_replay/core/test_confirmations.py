@@ -1,5 +1,7 @@
 """Tests for smart_replay.core.confirmations."""
 
+import time
+
 import pytest
 
 from smart_replay.core import confirmations
@@ -36,3 +38,14 @@ def test_memory_is_bounded_and_thinned_entries_count_as_late():
 def test_bad_max_entries(bad):
   with pytest.raises(ValueError, match='max_entries'):
     confirmations.ConfirmationLog(max_entries=bad)
+
+
+def test_lost_at_restart_counts_each_item_once():
+  log = confirmations.ConfirmationLog()
+  now = time.time()
+  log.add(5, now=now - 10)
+  log.add(3, now=now - 5)
+  assert log.lost_at_restart(now - 7) == 3
+  assert log.lost_at_restart(None) == 0  # Counted already.
+  log.add(2)
+  assert log.lost_at_restart(None) == 2
