@@ -24,6 +24,7 @@ from smart_replay.errors import CheckpointNotFoundError
 from smart_replay.errors import CheckpointWriteError
 from smart_replay.errors import ManagerStateError
 from smart_replay.errors import ManifestMismatchError
+from smart_replay.errors import MissingExtraError
 from smart_replay.errors import PrefillWouldBlockError
 from smart_replay.errors import ServerUnavailableError
 from smart_replay.errors import SmartReplayError
@@ -46,6 +47,7 @@ __all__ = [
     'CheckpointWriteError',
     'ManagerStateError',
     'ManifestMismatchError',
+    'MissingExtraError',
     'PrefillWouldBlockError',
     'ReplayBufferManager',
     'ReplayInfo',

@@ -85,3 +85,8 @@ class WouldBlockError(SmartReplayError, ValueError):
 
 class PrefillWouldBlockError(WouldBlockError):
   """Writing a prefill with nothing sampling would block a rate limiter."""
+
+
+class MissingExtraError(SmartReplayError, ImportError):
+  """An optional dependency (an extra such as `smart_replay[plots]`) is not
+  installed; the message names the extra to install."""

@@ -15,6 +15,7 @@ from typing import List, Optional
 import numpy as np
 from tf_agents.trajectories import time_step as ts
 
+from smart_replay import errors
 from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.checkpointing import manifest as manifest_lib
@@ -30,14 +31,15 @@ def _pyplot():
     The `matplotlib.pyplot` module.
 
   Raises:
-    ImportError: if matplotlib is not installed; names the extra to install.
+    MissingExtraError: if matplotlib is not installed (an `ImportError`);
+      names the extra to install.
   """
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise ImportError(
+    raise errors.MissingExtraError(
         'plotting a buffer needs matplotlib, an optional extra: pip install '
-        "'smart_replay[plots]'") from e
+        "'smart_replay[plots]'", name='matplotlib') from e
   matplotlib.use('Agg')
   from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
   return pyplot
@@ -61,7 +63,7 @@ def plot_buffer(source: str, output_png: str, *,
       checkpoint.
     ValueError: if `table` is unknown or the buffer has no sequence table.
       (An empty table gives empty panels.)
-    ImportError: if matplotlib (the `plots` extra) is not installed.
+    MissingExtraError: if matplotlib (the `plots` extra) is not installed.
   """
   plt = _pyplot()
   path, manifest = checkpoints_lib.newest_verified(source)
