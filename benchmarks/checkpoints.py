@@ -8,6 +8,7 @@ from typing import Any, Dict
 from absl import logging
 import reverb
 
+from smart_replay.checkpointing import checkpointer as checkpointer_lib
 from smart_replay.checkpointing import layout
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.checkpointing import store as checkpoint_store
@@ -46,19 +47,19 @@ def _reverb_checkpoint(client: reverb.Client, name: str) -> str:
     pool.shutdown(wait=False)  # A timed-out save must not block here.
 
 
-def _commit_like_the_manager(reverb_path: str, spec: Any, capacity: int,
-                             items: int, root: str) -> str:
-  """What `ReplayBufferManager.checkpoint()` adds to Reverb's save.
+def _checkpoint_like_the_manager(client: reverb.Client, spec: Any,
+                                 capacity: int, root: str) -> str:
+  """A save as `ReplayBufferManager.checkpoint()` makes it.
 
-  Moves the folder to a numbered checkpoint, fingerprints every file and
-  writes the manifest.
+  Reverb's save, bounded and checked for every table's items, then moved to
+  a numbered checkpoint with every file fingerprinted and the manifest.
 
   Args:
-    reverb_path: the folder Reverb's save wrote.
+    client: a client of the buffer's server.
     spec: the step spec.
     capacity: the table's max_size.
-    items: the items in the table.
-    root: the checkpoint store's root.
+    root: the checkpoint store's root (on the file system of the server's
+      Reverb checkpoints).
 
   Returns:
     The committed checkpoint folder.
@@ -67,11 +68,13 @@ def _commit_like_the_manager(reverb_path: str, spec: Any, capacity: int,
       data_spec=spec, sequence_length=workload_lib.SEQUENCE_LENGTH,
       stride_length=1, capacity=capacity,
       table_configs=[workload_lib.table_config(capacity)])
-  counts = {'tables': {workload_lib.TABLE: {'items': items}}, 'env_steps': 0,
-            'episodes': 0}
-  return checkpoint_store.CheckpointStore(root).commit(
-      reverb_path, lambda name, files: manifest_lib.build_manifest(
-          config, counts=counts, files=files, checkpoint_name=name))
+  checkpointer = checkpointer_lib.Checkpointer(
+      client, checkpoint_store.CheckpointStore(root),
+      timeout_s=_CHECKPOINT_TIMEOUT_S)
+  try:
+    return checkpointer.save(config, {'env_steps': 0, 'episodes': 0})
+  finally:
+    checkpointer.close()
 
 
 def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
@@ -80,8 +83,8 @@ def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
   """Checkpoints and restores the 'stock' and 'ours' buffers.
 
   A checkpoint is timed from the save request to its last file: Reverb's
-  save for both, plus what `ReplayBufferManager.checkpoint()` adds for ours
-  (a numbered checkpoint, every file fingerprinted, the manifest). A restore
+  save for stock, the manager's `Checkpointer.save` for ours (Reverb's save
+  checked, a numbered checkpoint, every file fingerprinted, the manifest). A restore
   is timed from a fresh server process to its serving the restored table,
   plus, for ours, the verification of every file the manager makes before
   loading.
@@ -101,10 +104,12 @@ def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
   checkpoints = {}
   for name in ('stock', 'ours'):
     start = time.perf_counter()
-    path = _reverb_checkpoint(servers[name].client, name)
-    if name == 'ours':  # What the manager adds to Reverb's save.
-      path = _commit_like_the_manager(path, spec, capacity, items[name],
-                                      os.path.join(work, 'ours_buffer'))
+    if name == 'ours':
+      path = _checkpoint_like_the_manager(
+          servers[name].client, spec, capacity,
+          os.path.join(work, 'ours_buffer'))
+    else:
+      path = _reverb_checkpoint(servers[name].client, name)
     checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
                   'bytes': _folder_bytes(path), 'items': items[name]}
     servers.pop(name).close()
