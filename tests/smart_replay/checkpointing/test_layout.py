@@ -96,6 +96,7 @@ def test_existing_data_sees_raw_reverb_checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize('keep', [0, -1, 1.5])
+@pytest.mark.unit
 def test_bad_keep(tmp_path, keep):
   with pytest.raises(ValueError, match='keep_checkpoints'):
     checkpoint_store.CheckpointStore(str(tmp_path), keep=keep)
@@ -103,6 +104,7 @@ def test_bad_keep(tmp_path, keep):
 
 # -- choosing the first usable checkpoint (no Reverb server) -------------------
 
+@pytest.mark.unit
 def test_first_usable_falls_back_past_a_damaged_one():
   def try_one(path):
     if path == 'ckpt-3':
@@ -112,6 +114,7 @@ def test_first_usable_falls_back_past_a_damaged_one():
                                   failure='none') == 'loaded ckpt-2'
 
 
+@pytest.mark.unit
 def test_first_usable_lists_every_problem():
   def try_one(path):
     raise errors.CheckpointCorruptError(f'{path} is damaged')
@@ -122,6 +125,7 @@ def test_first_usable_lists_every_problem():
                              failure='no usable checkpoint in /b')
 
 
+@pytest.mark.unit
 def test_first_usable_does_not_hide_other_errors():
   def try_one(path):
     raise OSError(f'{path}: disk gone')
@@ -129,6 +133,7 @@ def test_first_usable_does_not_hide_other_errors():
     checkpoints.first_usable(['ckpt-1'], try_one, failure='none')
 
 
+@pytest.mark.unit
 def test_read_manifest_names_the_checkpoint(tmp_path):
   with pytest.raises(errors.CheckpointCorruptError, match=str(tmp_path)):
     checkpoints.read_manifest(str(tmp_path))

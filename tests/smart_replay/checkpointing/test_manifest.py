@@ -8,6 +8,8 @@ import tensorflow as tf
 from smart_replay.checkpointing import manifest
 from smart_replay.core import tables
 
+pytestmark = pytest.mark.unit
+
 
 def _config(data_spec, **overrides):
   kwargs = dict(data_spec=data_spec, sequence_length=2, stride_length=1,

@@ -7,6 +7,8 @@ import pytest
 from smart_replay.core import config as config_lib
 from smart_replay.core import tables
 
+pytestmark = pytest.mark.unit
+
 
 def _config(data_spec, **overrides):
   kwargs = dict(data_spec=data_spec, capacity=100, sequence_length=3,

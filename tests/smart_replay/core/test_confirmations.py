@@ -6,6 +6,8 @@ import pytest
 
 from smart_replay.core import confirmations
 
+pytestmark = pytest.mark.unit
+
 
 def test_counts_items_confirmed_after_a_time():
   log = confirmations.ConfirmationLog()

@@ -7,6 +7,8 @@ import pytest
 from smart_replay.core import limiter
 from smart_replay.core import tables
 
+pytestmark = pytest.mark.unit
+
 EMPTY = {'inserts': 0, 'samples': 0, 'items': 0}
 
 

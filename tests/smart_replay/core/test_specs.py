@@ -6,6 +6,8 @@ from tf_agents.specs import tensor_spec
 
 from smart_replay.core import specs
 
+pytestmark = pytest.mark.unit
+
 
 def test_table_signature_adds_time_dim_and_keeps_nesting(data_spec):
   signature = specs.table_signature(data_spec, 3)

@@ -58,11 +58,13 @@ def _resolved(**kwargs):
     ({'sequence_length': 0}, 'sequence_length is 0'),
     ({'name': ''}, 'name'),
 ])
+@pytest.mark.unit
 def test_bad_config_names_field_and_value(kwargs, message):
   with pytest.raises(ValueError, match=message):
     tables.TableConfig(**kwargs)
 
 
+@pytest.mark.unit
 def test_resolve_fills_only_what_is_unset():
   config = tables.TableConfig(max_size=5, sequence_length=4)
   resolved = config.resolve(capacity=10, sequence_length=2, stride_length=3)
@@ -111,6 +113,7 @@ def test_running_table_differences_sees_a_restored_config():
   assert not tables.running_table_differences(requested, requested.info)
 
 
+@pytest.mark.unit
 def test_diff_table_configs_by_name_ignores_sampling_only_fields():
   a = [tables.TableConfig(max_size=5).to_dict()]
   b = [tables.TableConfig(max_size=6, importance_beta=1.0).to_dict(),
@@ -160,6 +163,7 @@ def test_inserts_before_blocking_matches_reverb(kwargs):
     server.stop()
 
 
+@pytest.mark.unit
 def test_min_size_limiter_never_blocks_inserts():
   assert tables.TableConfig().inserts_before_blocking(inserts=10**9) == \
       math.inf
