@@ -26,7 +26,7 @@ from absl import flags
 import gin
 
 from smart_replay.apps import cli
-from smart_replay.remote import serve
+from smart_replay.remote import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
@@ -56,7 +56,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
   path, exit_code, _ = cli.run_stoppable(
-      lambda stop: serve.serve(
+      lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, stop_requested=stop,
           ready=lambda line: print(line, flush=True)),

@@ -9,7 +9,7 @@ interval. Clients reach it on two ports: Reverb's (data) and the control
 service's (configuration and checkpoints, `smart_replay.remote.control`).
 
 The schedule and retry policy are in `schedule`, the status line in `status`,
-the control methods in `handlers`, and `smart_replay.remote.serve.serve()` is
+the control methods in `handlers`, and `smart_replay.remote.launch.serve()` is
 what the `smart-replay-serve` binary runs.
 """
 

@@ -60,7 +60,19 @@ def _imports(path: str, modules: Dict[str, str]) -> Set[str]:
     if name:
       found.add(name)
 
-  for node in ast.walk(tree):
+  def type_checking(node) -> bool:  # `if TYPE_CHECKING:` imports run never.
+    test = getattr(node, 'test', None)
+    return isinstance(node, ast.If) and (
+        getattr(test, 'id', None) == 'TYPE_CHECKING' or
+        getattr(test, 'attr', None) == 'TYPE_CHECKING')
+
+  def walk(node):
+    for child in ast.iter_child_nodes(node):
+      if not type_checking(child):
+        yield child
+        yield from walk(child)
+
+  for node in walk(tree):
     if isinstance(node, ast.Import):
       for alias in node.names:
         add(alias.name)
