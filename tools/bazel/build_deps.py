@@ -48,8 +48,11 @@ def _module_paths(root: str) -> Dict[str, str]:
   return modules
 
 
-def _imports(path: str, modules: Dict[str, str]) -> Set[str]:
-  """The project modules `path` imports (resolved to module names)."""
+def _imports(path: str, modules: Dict[str, str], *,
+             named_in_strings: bool = False) -> Set[str]:
+  """The project modules `path` imports (resolved to module names); with
+  `named_in_strings`, also those its string literals name (tests run code
+  in child processes)."""
   with open(path) as f:
     tree = ast.parse(f.read(), path)
   found = set()
@@ -73,6 +76,10 @@ def _imports(path: str, modules: Dict[str, str]) -> Set[str]:
         yield from walk(child)
 
   for node in walk(tree):
+    if named_in_strings and isinstance(node, ast.Constant) and isinstance(
+        node.value, str):  # e.g. a child process's `python -c 'import ...'`
+      for name in re.findall(r'\b(?:smart_replay|tests)(?:\.\w+)+', node.value):
+        add(name)
     if isinstance(node, ast.Import):
       for alias in node.names:
         add(alias.name)
@@ -170,7 +177,8 @@ def build_files(root: str) -> Dict[str, str]:
         source = f.read()
       own = _label(path)
       deps = sorted({_label(modules[m]) for m in _imports(
-          os.path.join(root, path), modules)} - {own})
+          os.path.join(root, path), modules,
+          named_in_strings=path.startswith('tests' + os.sep))} - {own})
       deps = [d for d in deps if not d.startswith('//scripts')]
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})
