@@ -52,7 +52,8 @@ def _unit_tests_start_no_server(request, monkeypatch):
     def fail(*args, **kwargs):
       del args, kwargs
       raise AssertionError(f'{request.node.nodeid} is marked unit but starts '
-                           f'{what}; drop the mark or the {what}.')
+                           f'{what}; a unit test runs without one (remove the '
+                           'mark if it needs it).')
     return fail
   monkeypatch.setattr(reverb.Server, '__init__', refuse('a Reverb server'))
   monkeypatch.setattr(multiprocessing.process.BaseProcess, 'start',

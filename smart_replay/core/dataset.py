@@ -154,9 +154,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     raise ValueError(
         f'num_steps={num_steps!r}: episode items are sampled whole '
         f'({sequence_length} steps with padding); pass num_steps=None.')
-  if timeout_s is not None and timeout_s <= 0:
-    raise ValueError(f'timeout_s must be > 0 seconds or None, got '
-                     f'{timeout_s!r}.')
+  if timeout_s is not None:
+    checks.positive('timeout_s', timeout_s)
   stored_length = None if variable_length else sequence_length
   shapes = tf.nest.map_structure(
       lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)

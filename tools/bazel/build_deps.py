@@ -151,8 +151,6 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
     extra = '    testonly = True,\n' if in_tests else ''
   target = os.path.basename(folder) if stem == '__init__' else stem
   srcs = [name]
-  if folder == 'tests' and stem == '__init__':
-    target = 'tests'
   def local(labels):  # Buildifier's order: ':x' before '//x'.
     return sorted((_local(d, folder) for d in labels),
                   key=lambda d: (not d.startswith(':'), d))
