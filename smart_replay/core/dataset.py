@@ -100,13 +100,16 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                  max_in_flight_samples_per_worker: Optional[int] = None,
                  num_workers_per_iterator: int = 2,
                  drop_remainder: bool = True,
-                 prefetch: int = 2) -> tf.data.Dataset:
+                 prefetch: int = 2,
+                 decode: Optional[Callable[[Any], Any]] = None
+                 ) -> tf.data.Dataset:
   """Builds a batched, prefetched dataset sampling `table`.
 
   Args:
     client: a client of the server holding `table`.
     table: the table to sample.
-    data_spec: the spec of one step (without the time dimension).
+    data_spec: the spec of one step as the table stores it (without the
+      time dimension; a packed layout's `step_spec`).
     sequence_length: steps per stored item; for `variable_length` tables the
       longest item, to which shorter ones are padded (with `mask` False).
     batch_size: items per batch, >= 1.
@@ -133,6 +136,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
       shapes); pass False for tables that delete items when sampled, so none
       is lost.
     prefetch: batches to prefetch.
+    decode: turns a batch of stored steps into the Learner's nest (a packed
+      layout's `Layout.decode`); None keeps them as stored.
 
   Returns:
     A `tf.data.Dataset` of `(trajectory, ReplayInfo)` batches (or
@@ -196,6 +201,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         table_size=steps(info.table_size), priority=steps(info.priority),
         times_sampled=steps(info.times_sampled), weight=steps(weight),
         mask=mask)
+    if decode is not None:  # Once per batch, after batching.
+      data = decode(data)
     if as_train_kwargs:
       return dict(experience=data, weights=weight), replay_info
     return data, replay_info
@@ -249,6 +256,8 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
     as_train_kwargs: yield Learner keyword arguments (see `make_dataset`).
     timeout_s: seconds to wait for a sample before raising (> 0).
     prefetch: batches to prefetch.
+    decode: turns a batch of stored steps into the Learner's nest (a packed
+      layout's `Layout.decode`); None keeps them as stored.
 
   Returns:
     The dataset (see `make_dataset`).

@@ -13,19 +13,14 @@ The observer
   and never runs more than ~50 items ahead of the server (back-pressure), so
   a blocked table stops the actor within a timeout instead of filling its
   memory, and Reverb's "pending items alarmingly high" warning stays quiet;
-* survives a restart of a remote server: while the server does not answer it
-  waits, for at most `reconnect_timeout_s`, for Reverb's writer to reconnect
-  and send the pending items; after that it raises `ServerUnavailableError`
-  and counts the steps and items it could not store (`num_lost_steps`,
-  `num_lost_items`), so nothing it wrote is dropped silently, and the next
-  step starts a new episode on a new connection (what the server stored after
-  its last checkpoint is lost with the server: checkpoint often enough).
+* survives a restart of a remote server: it waits (at most
+  `reconnect_timeout_s`) for Reverb's writer to reconnect, then raises
+  `ServerUnavailableError` and counts what it could not store
+  (`num_lost_steps`, `num_lost_items`); the next step starts a new episode.
 
 The work is split: `planner.StreamPlan` decides which items each step
-completes, `writer.StreamWriter` sends them (chunking, back-pressure, bounded
-waits, reconnects, loss accounting), and `counters.Counters` counts; the
-observer validates each step and drives one plan and one writer per
-environment.
+completes, `writer.StreamWriter` sends them, `counters.Counters` counts, and a
+`packing.Layout` turns a step's fields into Reverb columns.
 """
 
 import os
@@ -38,6 +33,7 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
+from smart_replay.core import packing
 from smart_replay.core import planner as planner_lib
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
@@ -125,6 +121,8 @@ class TrajectoryObserver:
     on_reconnect: called as `on_reconnect(observer)` after a write waited
       for the server and it answered again (the client-mode manager checks
       whether the server was restarted and calls `count_restart_loss`).
+    layout: how a step's fields become Reverb columns (`packing.Layout`,
+      whose `step_spec` made the tables); default one column per field.
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -146,13 +144,13 @@ class TrajectoryObserver:
                non_finite: str = 'error',
                float_bounds: str = 'warn',
                on_reconnect: Optional[
-                   Callable[['TrajectoryObserver'], None]] = None):
+                   Callable[['TrajectoryObserver'], None]] = None,
+               layout: Optional[packing.Layout] = None):
     step_validation.check_observer_arguments(
         tables, num_envs=num_envs, priority=priority, timeout_s=timeout_s,
         reconnect_timeout_s=reconnect_timeout_s, chunk_length=chunk_length)
-    # Raises on a bad non_finite, float_bounds or data_spec. Kept as the bound
-    # `__call__`, called on every step: as fast as a method of the observer
-    # (calling the instance itself adds ~50 ns a call in CPython 3.11).
+    # Raises on bad value policies or spec. The bound `__call__` saves ~50 ns
+    # a step over calling the instance (CPython 3.11).
     self._validate = step_validation.StepValidator(
         data_spec, num_envs=num_envs, non_finite=non_finite,
         float_bounds=float_bounds).__call__
@@ -163,13 +161,14 @@ class TrajectoryObserver:
     paths = [leaf.path for leaf in specs.flatten_spec(data_spec)]
     self._step_type = paths.index('step_type')
     self._num_envs = num_envs
-    self.chunk_length = chunk_length or auto_chunk_length(data_spec)
+    self._layout = layout or packing.Layout('columns', data_spec)
+    self.chunk_length = chunk_length or auto_chunk_length(
+        self._layout.step_spec)
     keep_alive = writer_lib.keep_alive_steps(
         self.chunk_length, max(t.item_length for t in self._tables))
     self._counters = counters_lib.Counters.for_tables(
         self.table_names, [t.name for t in self._tables if t.kind == 'episode'])
-    # When this observer's items were confirmed (to count what a server
-    # restart lost).
+    # When items were confirmed (to count what a server restart lost).
     self.confirmations = confirmations_lib.ConfirmationLog()
     planner = planner_lib.ItemPlanner(self._tables, counters=self._counters,
                                       priority=priority,
@@ -182,11 +181,12 @@ class TrajectoryObserver:
         # What each table's items look like, to check a server that came
         # back.
         signatures={t.name: specs.describe_signature(
-            tables_lib.signature(t, data_spec)) for t in self._tables},
+            tables_lib.signature(t, self._layout.step_spec))
+                    for t in self._tables},
         counters=self._counters, confirmations=self.confirmations,
         on_reconnect=(None if on_reconnect is None else
                       lambda: on_reconnect(self)),
-        num_columns=len(paths))
+        num_columns=self._layout.num_columns)
     # One (plan, writer) per environment.
     self._streams = []
     for _ in range(num_envs or 1):
@@ -259,28 +259,32 @@ class TrajectoryObserver:
           "multiprocessing.get_context('spawn') and make the observer there "
           "(ReplayBufferManager(server_address=...).connect()).")
     arrays = self._validate(trajectory)
+    step_types = arrays[self._step_type]
+    columns = self._layout.columns(arrays)
     with self._lock:
       if self._closed:
         raise errors.ManagerStateError(
             'this observer is closed; get a new one from the manager.')
       if self._num_envs is None:
         plan, out = self._streams[0]
-        self._write(plan, out, arrays)
+        self._write(plan, out, columns, int(step_types))
         return
       for index, (plan, out) in enumerate(self._streams):
         try:
-          self._write(plan, out, [array[index] for array in arrays])
+          self._write(plan, out, [column[index] for column in columns],
+                      int(step_types[index]))
         except BaseException:
           for later, _ in self._streams[index + 1:]:
             later.gap = True  # Their step of this call was never written.
           raise
 
   def _write(self, plan: planner_lib.StreamPlan,
-             out: writer_lib.StreamWriter, step: List[Any]) -> None:
-    """Writes one environment's step and the items it completes."""
+             out: writer_lib.StreamWriter, step: List[Any],
+             step_type: int) -> None:
+    """Writes one environment's step (its Reverb columns) and the items it
+    completes."""
     if out.episode_open:  # An earlier end of episode timed out.
       out.finish_episode()
-    step_type = int(step[self._step_type])
     if plan.starts_episode(step_type):
       plan.end_episode()
       out.end_episode()

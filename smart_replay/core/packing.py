@@ -194,3 +194,77 @@ def _shape(lead: Any, tail: Sequence[int]) -> Any:
   if isinstance(lead, list):
     return lead + list(tail)
   return tf.concat([lead, tf.constant(list(tail), tf.int32)], 0)
+
+
+LAYOUTS = ('columns', 'packed')
+
+
+class Layout:
+  """How the fields of a step become the columns Reverb stores, and back.
+
+  Attributes:
+    name: 'columns' (one Reverb column per field) or 'packed' (one `uint8`
+      column per step, see `StepCodec`).
+    data_spec: the spec of one step, as the observer receives and the
+      Learner gets it.
+    step_spec: what Reverb stores per step: `data_spec` itself, or one
+      `uint8[bytes_per_step]` tensor.
+    num_columns: Reverb columns per step.
+  """
+
+  def __init__(self, name: str, data_spec: Any):
+    if name not in LAYOUTS:
+      raise ValueError(f'layout must be one of {LAYOUTS}, got {name!r}.')
+    self.name = name
+    self.data_spec = data_spec
+    self._codec = StepCodec(data_spec) if name == 'packed' else None
+    if self._codec is None:
+      self.step_spec = data_spec
+      self.num_columns = len(tree.flatten(data_spec))
+    else:
+      self.step_spec = tf.TensorSpec([self._codec.bytes_per_step], tf.uint8,
+                                     name='packed')
+      self.num_columns = 1
+
+  def describe(self) -> Dict[str, Any]:
+    """`{'name', ...}`: the layout as a manifest records it (with the byte
+    layout of every field when packed)."""
+    if self._codec is None:
+      return {'name': self.name}
+    return {'name': self.name, **self._codec.describe()}
+
+  def columns(self, flat_step: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """The Reverb columns of a step (or of a batch of steps).
+
+    Args:
+      flat_step: the step's fields in `tree.flatten` order, validated.
+
+    Returns:
+      One array per Reverb column, with the fields' leading batch shape.
+    """
+    if self._codec is None:
+      return list(flat_step)
+    return [self._codec.pack(flat_step)]
+
+  def decode(self, stored: Any) -> Any:
+    """Stored columns back to the data spec, inside TensorFlow.
+
+    Args:
+      stored: a sample's data as Reverb returns it (leading batch and time
+        dimensions allowed).
+
+    Returns:
+      A nest like `data_spec` with the same leading dimensions.
+    """
+    return stored if self._codec is None else self._codec.decode(stored)
+
+  def unpack(self, stored: Any) -> Any:
+    """Stored columns back to the data spec, with numpy.
+
+    Args:
+      stored: a nest like `step_spec` of numpy arrays.
+
+    Returns:
+      A nest like `data_spec` of numpy arrays.
+    """
+    return stored if self._codec is None else self._codec.unpack(stored)
