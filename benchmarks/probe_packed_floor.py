@@ -6,7 +6,7 @@ Run: .venv/bin/python benchmarks/probe_packed_floor.py (about 1 minute).
 Measured 2026-11-23 on 2 cores: insert 31k -> 55k steps/s, sample
 77k -> 140k transitions/s.
 """
-import sys, time, numpy as np, tree, reverb, tensorflow as tf
+import time, numpy as np, tree, reverb, tensorflow as tf
 from smart_replay import _reverb_internal as ri
 from smart_replay.core import packing
 from smart_replay_benchmarks import workload as wl_lib
