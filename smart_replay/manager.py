@@ -1,11 +1,10 @@
 """`ReplayBufferManager`: a Reverb replay buffer for TF-Agents that keeps its word.
 
-It never restores a checkpoint silently, never lets a checkpoint's stored
-config override the requested one, never stores a step that does not match the
-spec, never waits without a timeout, and never lets Reverb's pruning delete a
-checkpoint it should keep. A facade over parts sharing one `core.session`: a
-backend (`smart_replay.backends`: in-process server, or client mode), the
-`core.sampling` and `core.reporting` parts, `checkpointing.checkpointer`.
+It never restores a checkpoint silently or lets its stored config override
+the requested one, never stores a step that does not match the spec, never
+waits without a timeout, and never lets Reverb prune a checkpoint it should
+keep. A facade over parts sharing one `core.session`: a backend (in-process
+server, or client mode), `core.sampling`, `core.reporting`.
 """
 
 import functools
@@ -71,6 +70,10 @@ class ReplayBufferManager:
     stride_length: steps between consecutive item starts, >= 1 (default 1).
     table_configs: the tables (`TableConfig`s, the first the default);
       default one uniform table 'experience'.
+    layout: how Reverb stores a step: 'packed' (all fields in one byte
+      column: fastest, least memory) or 'columns' (one column per field).
+      None: a loaded checkpoint's (or the server's) layout, and for a new
+      buffer 'packed' if every field is numeric or boolean of known shape.
     keep_checkpoints: complete checkpoints to keep on disk, >= 1.
     sample_timeout_s: how long sampling waits for data before raising.
     write_timeout_s: how long observer flushes and episode ends wait.
@@ -99,6 +102,7 @@ class ReplayBufferManager:
                sequence_length: Optional[int] = None, *,
                stride_length: Optional[int] = None,
                table_configs: Optional[Sequence[tables_lib.TableConfig]] = None,
+               layout: Optional[str] = None,
                keep_checkpoints: int = 2, sample_timeout_s: float = 60.0,
                write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
                checkpoint_timeout_s: float = 600.0, port: Optional[int] = None,
@@ -121,7 +125,7 @@ class ReplayBufferManager:
                   'connect_timeout_s': connect_timeout_s,
                   'checkpoint_timeout_s': checkpoint_timeout_s,
                   'reconnect_timeout_s': reconnect_timeout_s},
-        table_configs=table_configs,
+        table_configs=table_configs, layout=layout,
         counts={'num_envs': num_envs, 'chunk_length': chunk_length},
         policies={'non_finite': non_finite, 'float_bounds': float_bounds})
     self._session = session = session_lib.Session(
@@ -132,13 +136,14 @@ class ReplayBufferManager:
             'reconnect_timeout_s': float(reconnect_timeout_s)},
         checkpoint=self.checkpoint, make_dataset=self.get_dataset)
     self._backend = session.backend = backends.make_backend(
-        data_spec, hooks=session.hooks(), server_address=server_address, capacity=capacity,
-        sequence_length=sequence_length, stride_length=stride_length,
-        table_configs=table_configs, configs=configs,
-        checkpoint_dir=checkpoint_dir, keep_checkpoints=keep_checkpoints,
-        port=port, control_address=control_address,
-        connect_timeout_s=float(connect_timeout_s),
-        checkpoint_timeout_s=float(checkpoint_timeout_s),
+        data_spec, hooks=session.hooks(), server_address=server_address,
+        capacity=capacity, sequence_length=sequence_length,
+        stride_length=stride_length, table_configs=table_configs,
+        configs=configs, layout=layout, checkpoint_dir=checkpoint_dir,
+        keep_checkpoints=keep_checkpoints, port=port,
+        control_address=control_address, connect_timeout_s=float(
+            connect_timeout_s), checkpoint_timeout_s=float(
+                checkpoint_timeout_s),
         allow_version_mismatch=bool(allow_version_mismatch))
     self._sampling = sampling.Sampling(session)
     self._reporting = reporting.Reporting(session)
@@ -269,8 +274,7 @@ class ReplayBufferManager:
   clear = _forward('_session', session_lib.Session.clear)
   get_dataset = _forward('_sampling', sampling.Sampling.get_dataset)
   check_prefill = _forward('_sampling', sampling.Sampling.check_prefill)
-  update_priorities = _forward('_sampling',
-                               sampling.Sampling.update_priorities)
+  update_priorities = _forward('_sampling', sampling.Sampling.update_priorities)
   priority_update_fn = _forward('_sampling',
                                 sampling.Sampling.priority_update_fn)
   num_frames = _forward('_reporting', reporting.Reporting.num_frames)
@@ -329,17 +333,17 @@ class ReplayBufferManager:
   server_address = _read('_session', 'server_address', """'host:port' of the
       running server, or client mode's server (None before start).""")
   checkpoint_dir = _read('_backend', 'checkpoint_dir', """The absolute buffer
-      directory (client mode: the server's, on its machine, once
-      connected).""")
-  keep_checkpoints = _read('_backend', 'keep_checkpoints', """How many
-      complete checkpoints are kept on disk (client mode: the server's
-      setting, once connected).""")
+      directory (client mode: the server's, once connected).""")
+  keep_checkpoints = _read('_backend', 'keep_checkpoints', """Complete
+      checkpoints kept on disk (client mode: the server's, once connected).""")
   table_configs = _read('_session', 'table_configs', """The resolved configs
       of the tables, first one the default.""")
   buffer_config = _read('_session', 'buffer_config', """The buffer's
       configuration as a manifest stores it (spec, capacity, lengths,
       tables); in client mode, once connected.""")
   sequence_length = _read('_session', 'sequence_length', 'Steps per item.')
+  layout = _read('_session', 'layout', """How Reverb stores a step:
+      'packed' or 'columns' (client mode: once connected).""")
   data_spec = _read('_session', 'data_spec',
                     'The spec of one step this buffer stores.')
   loaded_manifest = _read('_session', 'loaded_manifest', """The manifest of

@@ -18,7 +18,7 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
                  server_address: Optional[str], capacity: Optional[int],
                  sequence_length: Optional[int], stride_length: Optional[int],
                  table_configs: Optional[Sequence[Any]],
-                 configs: Sequence[Any], checkpoint_dir: Optional[str],
+                 configs: Sequence[Any], layout: Optional[str], checkpoint_dir: Optional[str],
                  keep_checkpoints: int, port: Optional[int],
                  control_address: Optional[str], connect_timeout_s: float,
                  checkpoint_timeout_s: float,
@@ -34,6 +34,8 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
     stride_length: steps between item starts (None: 1, or the server's).
     table_configs: the tables as given (None: the server's, client mode).
     configs: the tables to serve locally (the default table if none given).
+    layout: 'packed' or 'columns'; None for a loaded checkpoint's or the
+      server's layout, and `packing.default_layout` for a new buffer.
     checkpoint_dir: the local buffer directory.
     keep_checkpoints: complete checkpoints to keep locally.
     port: the local server's port, or None.
@@ -54,16 +56,17 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
         data_spec, requested={
             'capacity': capacity, 'sequence_length': sequence_length,
             'stride_length': stride_length,
-            'table_configs': list(table_configs) if table_configs else None},
+            'table_configs': list(table_configs) if table_configs else None,
+            'layout': layout},
         server_address=server_address, control_address=control_address,
         connect_timeout_s=connect_timeout_s,
         checkpoint_timeout_s=checkpoint_timeout_s, hooks=hooks)
   config = config_lib.BufferConfig.resolve(
       data_spec=data_spec, capacity=capacity,
       sequence_length=sequence_length or 2, stride_length=stride_length or 1,
-      table_configs=configs)
+      table_configs=configs, layout=layout)
   return local.LocalBackend(
-      config, checkpoint_dir=checkpoint_dir, keep_checkpoints=keep_checkpoints,
+      config, layout_given=layout is not None, checkpoint_dir=checkpoint_dir, keep_checkpoints=keep_checkpoints,
       port=port, connect_timeout_s=connect_timeout_s,
       checkpoint_timeout_s=checkpoint_timeout_s,
       allow_version_mismatch=allow_version_mismatch, hooks=hooks)

@@ -7,6 +7,7 @@ and comparing its manifest, and checks what the new server serves and holds.
 """
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -24,6 +25,7 @@ from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.checkpointing import store as checkpoint_store
 from smart_replay.core import config as config_lib
 from smart_replay.core import local_server as server_lib
+from smart_replay.core import packing
 from smart_replay.core import reverb_tables
 
 
@@ -32,6 +34,8 @@ class LocalBackend(base.Backend):
 
   Args:
     config: the buffer's configuration.
+    layout_given: whether `config.layout` was asked for; if not, a loaded
+      checkpoint keeps its own layout.
     checkpoint_dir: the buffer directory.
     keep_checkpoints: complete checkpoints to keep (>= 1).
     port: the server's port; None picks a free one.
@@ -48,11 +52,12 @@ class LocalBackend(base.Backend):
       "server_address='host:port')); this manager owns its server: call "
       'create_replay_buffer() or load_replay_buffer().')}
 
-  def __init__(self, config: config_lib.BufferConfig, *, checkpoint_dir: str,
-               keep_checkpoints: int, port: Optional[int],
+  def __init__(self, config: config_lib.BufferConfig, *, layout_given: bool,
+               checkpoint_dir: str, keep_checkpoints: int, port: Optional[int],
                connect_timeout_s: float, checkpoint_timeout_s: float,
                allow_version_mismatch: bool, hooks: base.Hooks):
-    self.config = config
+    self.config = self._asked = config
+    self._layout_given = layout_given
     self._store = checkpoint_store.CheckpointStore(str(checkpoint_dir),
                                                    keep=keep_checkpoints)
     self.where = self._store.root
@@ -95,6 +100,7 @@ class LocalBackend(base.Backend):
             f'({existing[-1]}); Reverb would silently restore it. Call '
             'load_replay_buffer() to continue that buffer, or pass '
             'overwrite=True to delete it and start empty.')
+      self.config = self._asked
       self._replacing(existing, self._start_empty)
 
   def load(self, source: Optional[str], *, overwrite: bool) -> Dict[str, Any]:
@@ -173,6 +179,11 @@ class LocalBackend(base.Backend):
   def _start_from(self, path: str) -> Dict[str, Any]:
     """Verifies `path`, compares its manifest, starts and checks the server."""
     manifest = layout.verify(path)
+    self.config = self._asked
+    if not self._layout_given:  # Continue in the layout it was written in.
+      self.config = dataclasses.replace(
+          self._asked, layout=packing.stored_name(manifest))
+      self.config.step_layout  # Raises on a layout this version lacks.
     diffs = self.config.diff(manifest)
     version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
     if version_diffs and self._allow_version_mismatch:
@@ -242,7 +253,7 @@ class LocalBackend(base.Backend):
     """Starts a server on the empty Reverb root, restoring `fallback`."""
     config = self.config
     def make_tables():
-      return [reverb_tables.make_table(c, config.data_spec)
+      return [reverb_tables.make_table(c, config.step_layout.step_spec)
               for c in config.tables]
     root = self._store.prepare_reverb_root()
     self._server, self._client = server_lib.start_local_server(
@@ -250,8 +261,8 @@ class LocalBackend(base.Backend):
         port=self._port, connect_timeout_s=self._connect_timeout_s)
     try:
       info = server_lib.server_info(self._client, self._connect_timeout_s)
-      diffs = reverb_tables.server_differences(config.tables,
-                                               config.data_spec, info)
+      diffs = reverb_tables.server_differences(
+          config.tables, config.step_layout.step_spec, info)
       if diffs:
         raise errors.ManifestMismatchError(
             'the Reverb server does not serve the requested tables (a restored '
@@ -317,8 +328,9 @@ class LocalBackend(base.Backend):
       `CheckpointReader` items.
     """
     return self._checkpointer.snapshot(
-        lambda path: list(checkpoint_reader.CheckpointReader(path).items(
-            table)), pause=lambda: self._paused(flush=True))
+        lambda path: list(checkpoint_reader.CheckpointReader(
+            path, layout=self.config.step_layout).items(table)),
+        pause=lambda: self._paused(flush=True))
 
   def wait_for_pending_save(self) -> None:
     """Waits (bounded) for a checkpoint that timed out earlier."""

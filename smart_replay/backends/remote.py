@@ -27,7 +27,7 @@ class RemoteBackend(base.Backend):
   Args:
     data_spec: the local spec of one step.
     requested: the constructor's capacity / sequence_length /
-      stride_length / table_configs (None: take the server's).
+      stride_length / table_configs / layout (None: take the server's).
     server_address: 'host:port' of the Reverb server.
     control_address: 'host:port' of its control service; default the
       Reverb port + 1.
@@ -95,8 +95,8 @@ class RemoteBackend(base.Backend):
     try:
       served = control.call('info', timeout_s=self._connect_timeout_s)
       self.config = self._adopt(served['config'])
-      diffs = reverb_tables.server_differences(self.config.tables,
-                                               self._data_spec, info)
+      diffs = reverb_tables.server_differences(
+          self.config.tables, self.config.step_layout.step_spec, info)
       if diffs:
         raise errors.ManifestMismatchError(
             f'the Reverb tables at {self._address} differ from the '
@@ -126,7 +126,8 @@ class RemoteBackend(base.Backend):
           + manifest_lib.format_differences(diffs, 'server', 'local')
           + '\nBuild the client from the same collect_data_spec as the '
           'server, and pass no capacity/sequence_length/stride_length/'
-          'table_configs (they are read from the server) or the same ones.',
+          'table_configs/layout (they are read from the server) or the same '
+          'ones.',
           diffs)
     return config
 

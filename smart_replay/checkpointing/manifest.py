@@ -40,7 +40,8 @@ def package_versions() -> dict:
 
 def build_config(*, data_spec: Any, sequence_length: int, stride_length: int,
                  capacity: int,
-                 table_configs: List[tables_lib.TableConfig]) -> dict:
+                 table_configs: List[tables_lib.TableConfig],
+                 layout: Optional[dict] = None) -> dict:
   """Describes a buffer's configuration as a manifest would store it.
 
   Args:
@@ -49,10 +50,12 @@ def build_config(*, data_spec: Any, sequence_length: int, stride_length: int,
     stride_length: steps between the starts of consecutive items.
     capacity: the manager's capacity (default table size).
     table_configs: the resolved table configs.
+    layout: `packing.Layout.describe()` of the storage layout; None for
+      one column per field (`{'name': 'columns'}`).
 
   Returns:
     A JSON-serializable dict with `data_spec`, `sequence_length`,
-    `stride_length`, `capacity` and `tables`.
+    `stride_length`, `capacity`, `tables` and `layout`.
   """
   return {
       'data_spec': specs.spec_to_json(data_spec),
@@ -60,6 +63,7 @@ def build_config(*, data_spec: Any, sequence_length: int, stride_length: int,
       'stride_length': stride_length,
       'capacity': capacity,
       'tables': [t.to_dict() for t in table_configs],
+      'layout': layout or {'name': 'columns'},
   }
 
 
@@ -144,6 +148,12 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
   for field in CONFIG_FIELDS:
     if stored.get(field) != requested.get(field):
       diffs.append((field, stored.get(field), requested.get(field)))
+  # Configs written before layouts were recorded stored one column per field.
+  layouts = [c.get('layout', {'name': 'columns'}) for c in (stored, requested)]
+  if layouts[0]['name'] != layouts[1]['name']:
+    diffs.append(('layout', layouts[0]['name'], layouts[1]['name']))
+  elif layouts[0] != layouts[1]:
+    diffs.append(('layout (byte layout)', layouts[0], layouts[1]))
   stored_tables = [tables_lib.normalize_stored(
       t, capacity=stored.get('capacity'),
       sequence_length=stored.get('sequence_length'),

@@ -11,7 +11,9 @@ decodes them with Reverb's own protos.
 
 `CheckpointReader(path).items(table)` yields every item of a table once, in
 insertion order; `.pieces(table)` rebuilds the steps those items hold, as
-runs of consecutive steps of one episode.
+runs of consecutive steps of one episode. Given the buffer's
+`packing.Layout`, it decodes packed steps, so items always hold one column
+per field of the spec.
 """
 
 import collections
@@ -26,6 +28,7 @@ import tree
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay import errors
+from smart_replay.core import packing
 
 
 class StoredItem(NamedTuple):
@@ -90,13 +93,18 @@ class CheckpointReader:
 
   Args:
     path: a checkpoint folder (`ckpt-N`, or Reverb's timestamped folder).
+    layout: how the buffer stored its steps (`packing.Layout`, e.g.
+      `packing.layout_from_manifest(manifest)`); None for one column per
+      field, as buffers were written before layouts were recorded.
 
   Raises:
     CheckpointCorruptError: if the folder is incomplete or a file cannot be
       read; names the folder and the problem.
   """
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, layout: Optional[packing.Layout] = None):
+    self._unpack = (None if layout is None or layout.name == 'columns' else
+                    layout.unpack)
     missing = checkpoint_files.missing_files(path)
     if missing:
       raise errors.CheckpointCorruptError(
@@ -188,6 +196,8 @@ class CheckpointReader:
                       for i in range(piece.length)]
         data = np.concatenate(parts) if len(parts) > 1 else parts[0]
         columns.append(data[0] if column.squeeze else data)
+      if self._unpack is not None:  # One packed column: back to the fields.
+        columns = tree.flatten(self._unpack(columns[0]))
       yield StoredItem(item.table, item.key, item.priority,
                        item.times_sampled,
                        item.inserted_at.seconds * 10**9 + item.inserted_at.nanos,

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from smart_replay.checkpointing import layout
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import checks
+from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 from smart_replay.core import validation as step_validation
@@ -35,18 +36,21 @@ class BufferConfig:
     sequence_length: steps per item of sequence tables without their own.
     stride_length: steps between item starts, likewise.
     tables: the resolved `TableConfig`s; the first is the default table.
+    layout: how steps are stored: 'packed' (one byte column per step) or
+      'columns' (one Reverb column per field); see `packing.Layout`.
   """
   data_spec: Any
   capacity: int
   sequence_length: int
   stride_length: int
   tables: Tuple[tables_lib.TableConfig, ...]
+  layout: str = 'columns'
 
   @classmethod
   def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
               stride_length: int,
-              table_configs: Sequence[tables_lib.TableConfig]
-              ) -> 'BufferConfig':
+              table_configs: Sequence[tables_lib.TableConfig],
+              layout: Optional[str] = None) -> 'BufferConfig':
     """Fills every table config's open fields with the buffer's values.
 
     Args:
@@ -55,19 +59,37 @@ class BufferConfig:
       sequence_length: the default steps per item.
       stride_length: the default stride.
       table_configs: the tables, as the user wrote them.
+      layout: 'packed' or 'columns'; None for `packing.default_layout`.
 
     Returns:
       A `BufferConfig` with resolved tables.
 
     Raises:
-      ValueError: if a table cannot be resolved (see `TableConfig.resolve`).
+      ValueError: if a table cannot be resolved (see `TableConfig.resolve`),
+        or the layout is unknown or cannot store `data_spec` (names the
+        field).
     """
-    return cls(data_spec=data_spec, capacity=capacity,
-               sequence_length=sequence_length, stride_length=stride_length,
-               tables=tuple(c.resolve(capacity=capacity,
-                                      sequence_length=sequence_length,
-                                      stride_length=stride_length)
-                            for c in table_configs))
+    config = cls(data_spec=data_spec, capacity=capacity,
+                 sequence_length=sequence_length, stride_length=stride_length,
+                 tables=tuple(c.resolve(capacity=capacity,
+                                        sequence_length=sequence_length,
+                                        stride_length=stride_length)
+                              for c in table_configs),
+                 layout=layout or packing.default_layout(data_spec))
+    config.step_layout  # Checks the layout now, before anything starts.
+    for table in config.tables:
+      if table.block_length is not None and config.layout != 'packed':
+        raise ValueError(
+            f'TableConfig({table.name!r}).block_length='
+            f'{table.block_length} needs layout=\'packed\' (packed items '
+            f'are blocks of packed steps), got layout={config.layout!r}.')
+    return config
+
+  @functools.cached_property
+  def step_layout(self) -> packing.Layout:
+    """The `packing.Layout` of `layout`: what Reverb stores per step, and
+    how samples and checkpoint items decode."""
+    return packing.Layout(self.layout, self.data_spec)
 
   @classmethod
   def from_manifest(cls, stored: Mapping[str, Any], *,
@@ -90,31 +112,33 @@ class BufferConfig:
         data_spec=data_spec, capacity=stored['capacity'],
         sequence_length=stored['sequence_length'],
         stride_length=stored['stride_length'],
-        table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']])
+        table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
+        layout=packing.stored_name(stored))
 
   def constructor_kwargs(self) -> Dict[str, Any]:
     """The `ReplayBufferManager` arguments this config decides.
 
     Returns:
-      `{'capacity', 'sequence_length', 'stride_length', 'table_configs'}`.
+      `{'capacity', 'sequence_length', 'stride_length', 'table_configs',
+      'layout'}`.
     """
     return {'capacity': self.capacity, 'sequence_length': self.sequence_length,
             'stride_length': self.stride_length,
-            'table_configs': list(self.tables)}
+            'table_configs': list(self.tables), 'layout': self.layout}
 
   @functools.cached_property
   def _manifest(self) -> Dict[str, Any]:
     return manifest_lib.build_config(
         data_spec=self.data_spec, sequence_length=self.sequence_length,
         stride_length=self.stride_length, capacity=self.capacity,
-        table_configs=list(self.tables))
+        table_configs=list(self.tables), layout=self.step_layout.describe())
 
   def to_manifest(self) -> Dict[str, Any]:
     """The config as a manifest stores it (JSON-serializable).
 
     Returns:
       `{'data_spec', 'sequence_length', 'stride_length', 'capacity',
-      'tables'}` (see `manifest.build_config`); the same dict every call.
+      'tables', 'layout'}` (see `manifest.build_config`); the same dict every call.
     """
     return self._manifest
 
@@ -200,7 +224,8 @@ def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
 
   Returns:
     `kwargs` with `data_spec`, `checkpoint_dir`, `capacity`,
-    `sequence_length`, `stride_length` and `table_configs` added from the
+    `sequence_length`, `stride_length`, `table_configs` and `layout` added
+    from the
     newest checkpoint with a readable manifest.
 
   Raises:
@@ -210,7 +235,7 @@ def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
   """
   controlled = sorted(set(kwargs) & {'data_spec', 'capacity',
                                      'sequence_length', 'stride_length',
-                                     'table_configs'})
+                                     'table_configs', 'layout'})
   if controlled:
     raise ValueError(f'from_checkpoint reads {controlled} from the '
                      "checkpoint's manifest; do not pass them (construct "
@@ -229,7 +254,8 @@ def check_manager_arguments(
     checkpoint_dir: Optional[str], port: Optional[int],
     lengths: Mapping[str, Optional[int]], timeouts: Mapping[str, float],
     table_configs: Optional[Sequence[tables_lib.TableConfig]],
-    counts: Mapping[str, Optional[int]], policies: Mapping[str, str]
+    layout: Optional[str], counts: Mapping[str, Optional[int]],
+    policies: Mapping[str, str]
 ) -> List[tables_lib.TableConfig]:
   """Checks `ReplayBufferManager`'s arguments; names the first bad one.
 
@@ -242,6 +268,7 @@ def check_manager_arguments(
       (None: not given).
     timeouts: `{name: seconds}`, each must be positive.
     table_configs: the tables, or None for one default table.
+    layout: 'packed', 'columns' or None (see `ReplayBufferManager`).
     counts: optional positive integers, e.g. `{'num_envs': None}`.
     policies: `{'non_finite': ..., 'float_bounds': ...}` value policies.
 
@@ -281,6 +308,9 @@ def check_manager_arguments(
     if not isinstance(config, tables_lib.TableConfig):
       raise ValueError(f'table_configs entries must be TableConfig, got '
                        f'{config!r}.')
+  if layout is not None and layout not in packing.LAYOUTS:
+    raise ValueError(f'layout must be one of {packing.LAYOUTS} or None, got '
+                     f'{layout!r}.')
   names = [c.name for c in configs]
   if len(set(names)) != len(names):
     raise ValueError(f'table_configs names must be unique, got {names}.')

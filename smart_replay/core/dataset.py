@@ -17,12 +17,13 @@ ending in that error: the *same* iterator (the one a `Learner` holds) samples
 again on the next call once there is data.
 """
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import reverb
 import tensorflow as tf
 
 from smart_replay import errors
+from smart_replay.core import blocks as blocks_lib
 from smart_replay.core import checks
 from smart_replay.core import local_server as server_lib
 
@@ -101,7 +102,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                  num_workers_per_iterator: int = 2,
                  drop_remainder: bool = True,
                  prefetch: int = 2,
-                 decode: Optional[Callable[[Any], Any]] = None
+                 decode: Optional[Callable[[Any], Any]] = None,
+                 blocks: Optional[Tuple[int, int]] = None
                  ) -> tf.data.Dataset:
   """Builds a batched, prefetched dataset sampling `table`.
 
@@ -138,6 +140,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     prefetch: batches to prefetch.
     decode: turns a batch of stored steps into the Learner's nest (a packed
       layout's `Layout.decode`); None keeps them as stored.
+    blocks: `(block_length, windows_per_item)` of a table of packed items
+      (see `blocks`): each sampled item is a block, from which that many
+      windows of `sequence_length` steps are cut; None: items are windows.
 
   Returns:
     A `tf.data.Dataset` of `(trajectory, ReplayInfo)` batches (or
@@ -164,6 +169,8 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
   stored_length = None if variable_length else sequence_length
   shapes = tf.nest.map_structure(
       lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
+  if blocks is not None:  # One step per item: a block of packed steps.
+    shapes = tf.TensorShape([1, blocks[0]] + data_spec.shape.as_list())
   dtypes = tf.nest.map_structure(lambda s: s.dtype, data_spec)
   pieces = sequence_length // num_steps
 
@@ -218,6 +225,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                                  else int(timeout_s * 1000)))
     # Per-item work is what limits sampling speed, so fixed-length items go
     # straight into the batch; everything else happens once per batch.
+    if blocks is not None:
+      dataset = dataset.map(blocks_lib.cut_windows(
+          sequence_length, blocks[1])).unbatch()
     if variable_length:
       dataset = dataset.map(pad)
     elif pieces > 1:
@@ -239,7 +249,9 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
                   batch_size: int, num_steps: Optional[int] = None,
                   beta: Optional[Callable[[], Any]] = None,
                   as_train_kwargs: bool = False, timeout_s: float = 60.0,
-                  prefetch: int = 2) -> tf.data.Dataset:
+                  prefetch: int = 2,
+                  decode: Optional[Callable[[Any], Any]] = None
+                  ) -> tf.data.Dataset:
   """`make_dataset` with the settings a table's config calls for.
 
   FIFO and LIFO tables are sampled by one Reverb worker (to keep their
@@ -249,7 +261,7 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
   Args:
     client: a client of the server.
     config: the table's resolved `TableConfig`.
-    data_spec: the spec of one step.
+    data_spec: the spec of one step as the table stores it.
     batch_size: items per batch.
     num_steps: steps per sample (see `make_dataset`).
     beta: the importance-sampling exponent (see `make_dataset`).
@@ -270,11 +282,13 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
   return make_dataset(
       client, table=config.name, data_spec=data_spec,
       sequence_length=config.item_length, batch_size=batch_size,
+      blocks=(None if config.block_length is None else
+              (config.block_length, config.windows_per_item)),
       num_steps=num_steps, variable_length=config.kind == 'episode',
       beta=beta, as_train_kwargs=as_train_kwargs, timeout_s=timeout_s,
       max_in_flight_samples_per_worker=batch_size if consumed else None,
       num_workers_per_iterator=1 if ordered or consumed else 2,
-      drop_remainder=not consumed, prefetch=prefetch)
+      drop_remainder=not consumed, prefetch=prefetch, decode=decode)
 
 
 def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:

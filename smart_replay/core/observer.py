@@ -31,6 +31,7 @@ import reverb
 from absl import logging
 
 from smart_replay import errors
+from smart_replay.core import blocks as blocks_lib
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
 from smart_replay.core import packing
@@ -65,6 +66,7 @@ class TrajectoryObserver:
   new episode. Episodes shorter than a sequence table's length give it no
   item (counted in `num_short_episodes`). Episode tables get one item per
   episode (see `TableConfig` for episodes longer than `episode_length`).
+  Tables of packed items get blocks of steps (`blocks.BlockWriter`).
 
   Use it as an `Actor` observer: a callable with `flush()` and `close()`.
 
@@ -74,10 +76,8 @@ class TrajectoryObserver:
     num_short_episodes, num_short_episode_steps, num_long_episodes,
       num_dropped_episodes: episodes too short or too long for some table
       (see `Counters`).
-    num_lost_steps, num_lost_items: steps and items that were written but
-      never stored because the server stayed unreachable longer than
-      `reconnect_timeout_s` (each such loss also raised
-      `ServerUnavailableError`).
+    num_lost_steps, num_lost_items: written but never stored: the server
+      stayed unreachable past `reconnect_timeout_s` (which raised).
     num_reconnects: times the server came back while a write waited for it.
     num_lost_at_restart: items the server had confirmed that a restart of it
       lost (part of `num_lost_items`; see `count_restart_loss`).
@@ -95,29 +95,23 @@ class TrajectoryObserver:
       `num_envs` independent streams.
     priority: initial priority of every new item; None uses each table's
       `initial_priority`, or `priority_fn` for tables without one.
-    priority_fn: `fn(table_name) -> float` giving the priority of a new item
-      of a prioritized table when neither `priority` nor the table's
-      `initial_priority` is set (the manager passes the table's current
-      maximum priority); otherwise items get 1.0.
+    priority_fn: `fn(table_name) -> float`, the priority of a new item of a
+      prioritized table setting no `initial_priority` when `priority` is
+      None (the manager's: the table's maximum priority); else 1.0.
     timeout_s: how long episode ends, flushes and closes may wait for the
       server to accept pending items (> 0).
     chunk_length: steps per Reverb chunk of each field (>= 1); None picks
       `auto_chunk_length(data_spec)`. Items are sent when their chunk is
       complete, at each episode end, and on `flush()`.
-    lock: a re-entrant lock held while a step is written; the manager shares
-      one with its checkpoints so a checkpoint sees whole steps only.
-    reconnect_timeout_s: how long a write keeps waiting while the server does
-      not answer (e.g. it is restarting; Reverb's writer reconnects and sends
-      the pending items on its own) before the observer gives up (> 0).
-    non_finite: what a step holding NaN or +-Inf in a floating field (reward,
-      observation, ...) gets: 'error' (the default) refuses the step with
-      `TrajectorySpecError`; 'warn' writes it and logs a warning, once per
-      field; 'allow' writes it silently (for data where Inf or NaN is
-      meaningful, e.g. "no reading").
-    float_bounds: what a finite value of a floating field outside its
-      `BoundedTensorSpec`/`BoundedArraySpec` bounds gets: 'error', 'warn' (the
-      default: specs of continuous observations are often loose, so the value
-      is written and a warning logged once per field) or 'allow'.
+    lock: a re-entrant lock held while a step is written (the manager's, so
+      a checkpoint sees whole steps).
+    reconnect_timeout_s: how long a write waits while the server does not
+      answer (e.g. restarting; Reverb's writer reconnects on its own) (> 0).
+    non_finite: a step with NaN or +-Inf in a float field: 'error' (refuse
+      it with `TrajectorySpecError`), 'warn' (write it, warn once per field)
+      or 'allow' (e.g. where Inf means "no reading").
+    float_bounds: the same for a finite float outside its bounded spec
+      (default 'warn': specs of continuous observations are often loose).
     on_reconnect: called as `on_reconnect(observer)` after a write waited
       for the server and it answered again (the client-mode manager checks
       whether the server was restarted and calls `count_restart_loss`).
@@ -158,6 +152,8 @@ class TrajectoryObserver:
     self._pid = os.getpid()
     self._lock = lock or threading.RLock()
     self._tables = list(tables)
+    step_tables = [t for t in tables if t.block_length is None]
+    self._writes_steps = bool(step_tables)
     paths = [leaf.path for leaf in specs.flatten_spec(data_spec)]
     self._step_type = paths.index('step_type')
     self._num_envs = num_envs
@@ -165,12 +161,13 @@ class TrajectoryObserver:
     self.chunk_length = chunk_length or auto_chunk_length(
         self._layout.step_spec)
     keep_alive = writer_lib.keep_alive_steps(
-        self.chunk_length, max(t.item_length for t in self._tables))
+        self.chunk_length, max((t.item_length for t in step_tables),
+                               default=1))
     self._counters = counters_lib.Counters.for_tables(
         self.table_names, [t.name for t in self._tables if t.kind == 'episode'])
     # When items were confirmed (to count what a server restart lost).
     self.confirmations = confirmations_lib.ConfirmationLog()
-    planner = planner_lib.ItemPlanner(self._tables, counters=self._counters,
+    planner = planner_lib.ItemPlanner(step_tables, counters=self._counters,
                                       priority=priority,
                                       priority_fn=priority_fn)
     settings = writer_lib.WriterSettings(
@@ -182,7 +179,7 @@ class TrajectoryObserver:
         # back.
         signatures={t.name: specs.describe_signature(
             tables_lib.signature(t, self._layout.step_spec))
-                    for t in self._tables},
+                    for t in step_tables},
         counters=self._counters, confirmations=self.confirmations,
         on_reconnect=(None if on_reconnect is None else
                       lambda: on_reconnect(self)),
@@ -194,6 +191,10 @@ class TrajectoryObserver:
       plan = planner.stream(out.defer)
       out.on_restart = plan.restart
       self._streams.append((plan, out))
+    block_tables = [t for t in tables if t.block_length is not None]
+    self._blocks = block_tables and blocks_lib.BlockWriter(
+        block_tables, settings=settings, step_spec=self._layout.step_spec,
+        num_streams=num_envs or 1)
     self._closed = False
 
   @property
@@ -268,15 +269,18 @@ class TrajectoryObserver:
       if self._num_envs is None:
         plan, out = self._streams[0]
         self._write(plan, out, columns, int(step_types))
-        return
-      for index, (plan, out) in enumerate(self._streams):
-        try:
-          self._write(plan, out, [column[index] for column in columns],
-                      int(step_types[index]))
-        except BaseException:
-          for later, _ in self._streams[index + 1:]:
-            later.gap = True  # Their step of this call was never written.
-          raise
+      else:
+        for index, (plan, out) in enumerate(self._streams):
+          try:
+            self._write(plan, out, [column[index] for column in columns],
+                        int(step_types[index]))
+          except BaseException:
+            for later, _ in self._streams[index + 1:]:
+              later.gap = True  # Their step of this call was never written.
+            raise
+      if self._blocks:
+        self._blocks.add(columns[0], step_types,
+                         batched=self._num_envs is not None)
 
   def _write(self, plan: planner_lib.StreamPlan,
              out: writer_lib.StreamWriter, step: List[Any],
@@ -288,7 +292,7 @@ class TrajectoryObserver:
     if plan.starts_episode(step_type):
       plan.end_episode()
       out.end_episode()
-    chunk_complete = out.append(step)
+    chunk_complete = self._writes_steps and out.append(step)
     if plan.add(step_type):  # The step is LAST.
       plan.end_episode()
       out.end_episode()
@@ -314,6 +318,8 @@ class TrajectoryObserver:
         if plan.episode_steps:
           plan.end_episode()
           out.end_episode()
+      if self._blocks:
+        self._blocks.end_episode()
 
   def count_restart_loss(self, saved_since: Optional[float]) -> int:
     """Counts the confirmed items a server restart lost, after a reconnect.
@@ -358,6 +364,8 @@ class TrajectoryObserver:
         return
       for _, out in self._streams:
         out.flush()
+      if self._blocks:
+        self._blocks.flush()
 
   def close(self) -> None:
     """Flushes and closes the writers; safe to call more than once.
@@ -381,6 +389,8 @@ class TrajectoryObserver:
         for plan, out in self._streams:
           out.close()
           plan.restart()
+        if self._blocks:
+          self._blocks.close()
 
   def reset_counters(self) -> None:
     """Sets every counter of this observer back to zero."""

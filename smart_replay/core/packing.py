@@ -12,8 +12,9 @@ same layout (recorded in a manifest as `describe()`).
 """
 
 import sys
-from typing import Any, Dict, List, NamedTuple, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tree
@@ -268,3 +269,67 @@ class Layout:
       A nest like `data_spec` of numpy arrays.
     """
     return stored if self._codec is None else self._codec.unpack(stored)
+
+
+DEFAULT_LAYOUT = 'packed'
+
+
+def default_layout(data_spec: Any) -> str:
+  """The layout a new buffer of `data_spec` gets when none is asked for.
+
+  'packed' when every field packs (numbers and booleans of known shape),
+  else 'columns'; the reason is logged, so the choice is never silent.
+
+  Args:
+    data_spec: the spec of one step.
+
+  Returns:
+    'packed' or 'columns'.
+  """
+  try:
+    StepCodec(data_spec)
+  except ValueError as e:
+    logging.info("New buffers of this spec use layout='columns': %s", e)
+    return 'columns'
+  return DEFAULT_LAYOUT
+
+
+def stored_name(stored: Mapping[str, Any]) -> str:
+  """The layout name a manifest (or a served config) records.
+
+  Args:
+    stored: a manifest or `manifest.build_config` dict.
+
+  Returns:
+    Its layout's name; 'columns' for configs written before layouts were
+    recorded (every field was its own column then).
+  """
+  return stored.get('layout', {'name': 'columns'})['name']
+
+
+def layout_from_manifest(stored: Mapping[str, Any]) -> Layout:
+  """The `Layout` a manifest records, checked against this machine.
+
+  Args:
+    stored: a manifest or `manifest.build_config` dict.
+
+  Returns:
+    The `Layout` that decodes its checkpoint's items.
+
+  Raises:
+    ValueError: if the layout is unknown, or the recorded byte layout is not
+      the one this machine would use for the recorded spec (e.g. another
+      byte order); names the differing entries.
+  """
+  layout = Layout(stored_name(stored),
+                  specs.spec_from_json(stored['data_spec']))
+  recorded = stored.get('layout', {'name': 'columns'})
+  if recorded != layout.describe():
+    differing = sorted(k for k in set(recorded) | set(layout.describe())
+                       if recorded.get(k) != layout.describe().get(k))
+    raise ValueError(
+        f'the manifest records a {layout.name!r} layout that differs from '
+        f'the one this machine builds for its spec in {differing} (recorded '
+        f'{ {k: recorded.get(k) for k in differing} }, here '
+        f'{ {k: layout.describe().get(k) for k in differing} }).')
+  return layout

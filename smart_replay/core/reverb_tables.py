@@ -9,6 +9,7 @@ checkpoint's config win).
 from typing import Any, Dict, List, Sequence, Tuple
 
 import reverb
+import tensorflow as tf
 
 from smart_replay.core import specs
 
@@ -21,7 +22,17 @@ def _selector(kind: str, priority_exponent: float):
           'lifo': reverb.selectors.Lifo}[kind]()
 
 
+def blocks(config: Any, windows: int) -> int:
+  """The Reverb items (blocks) that hold `windows` windows of a table of
+  packed items, or `windows` itself for any other table."""
+  per_block = config.windows_per_block
+  return windows if per_block is None else -(-windows // per_block)
+
+
 def _rate_limiter(config: Any):
+  if config.block_length is not None:
+    return reverb.rate_limiters.MinSize(blocks(config,
+                                               config.min_size_to_sample))
   if config.block_inserts_when_full:
     return reverb.rate_limiters.Queue(config.max_size)
   if config.samples_per_insert is None:
@@ -41,8 +52,14 @@ def signature(config: Any, data_spec: Any) -> Any:
 
   Returns:
     A nest of `tf.TensorSpec` with an outer time dimension: `sequence_length`
-    for sequence tables, unknown (variable) for episode tables.
+    for sequence tables, unknown (variable) for episode tables, and 1 for
+    tables of packed items, whose one step is a block `[block_length,
+    bytes_per_step]` of packed steps.
   """
+  if config.block_length is not None:
+    return specs.table_signature(tf.TensorSpec(
+        [config.block_length] + data_spec.shape.as_list(), data_spec.dtype,
+        name=data_spec.name), 1)
   if config.kind == 'episode':
     return specs.table_signature(data_spec, None)
   return specs.table_signature(data_spec, config.sequence_length)
@@ -65,11 +82,14 @@ def make_table(config: Any, data_spec: Any) -> reverb.Table:
     raise ValueError(f'TableConfig({config.name!r}) is not resolved (max_size='
                      f'{config.max_size!r}, sequence_length='
                      f'{config.sequence_length!r}); call resolve() first.')
+  # Blocks are sampled in proportion to the windows they hold (their
+  # priority): every window equally likely.
+  sampler = (reverb.selectors.Prioritized(1.0) if config.block_length else
+             _selector(config.sampler, config.priority_exponent))
   return reverb.Table(
-      name=config.name,
-      sampler=_selector(config.sampler, config.priority_exponent),
+      name=config.name, sampler=sampler,
       remover=_selector(config.remover, config.priority_exponent),
-      max_size=config.max_size,
+      max_size=blocks(config, config.max_size),
       rate_limiter=_rate_limiter(config),
       max_times_sampled=config.max_times_sampled,
       signature=signature(config, data_spec))

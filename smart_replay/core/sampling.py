@@ -74,8 +74,10 @@ class Sampling:
     timeout = session.sample_timeout_s if sample_timeout_s is None else \
         sample_timeout_s
     checks.positive('sample_timeout_s', timeout)
+    layout = session.config.step_layout
     return dataset_lib.table_dataset(
-        session.client, config, data_spec=session.data_spec,
+        session.client, config, data_spec=layout.step_spec,
+        decode=layout.decode if layout.name != 'columns' else None,
         batch_size=batch_size, num_steps=num_steps,
         beta=priorities_lib.beta(config, train_step),
         as_train_kwargs=as_train_kwargs, timeout_s=timeout, prefetch=prefetch)

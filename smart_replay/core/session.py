@@ -122,6 +122,11 @@ class Session:
     return self.config.to_manifest() if self.config else None
 
   @property
+  def layout(self) -> Optional[str]:
+    """'packed' or 'columns' (None while the config is unknown)."""
+    return self.config.layout if self.config else None
+
+  @property
   def sequence_length(self) -> Optional[int]:
     """Steps per item (None while the config is unknown)."""
     return self.config.sequence_length if self.config else None
@@ -235,7 +240,8 @@ class Session:
     self.require(started=True)
     obs = observer_lib.TrajectoryObserver(
         self.client, tables=list(self.config.tables),
-        data_spec=self.data_spec, num_envs=num_envs, priority=priority,
+        data_spec=self.data_spec, layout=self.config.step_layout,
+        num_envs=num_envs, priority=priority,
         priority_fn=self.new_item_priority, lock=self.lock,
         on_reconnect=self.backend.on_reconnect, **self._observer_args)
     self.observers.append(obs)

@@ -46,6 +46,44 @@ def test_diff_lists_every_difference_with_both_values(data_spec):
   assert ('tables/experience/stride_length', 1, 2) in diffs
 
 
+def test_new_buffers_are_packed_and_the_manifest_records_the_layout(
+    data_spec):
+  config = _config(data_spec)
+  assert config.layout == 'packed'
+  stored = json.loads(json.dumps(config.to_manifest()))
+  assert stored['layout']['name'] == 'packed'
+  assert stored['layout']['bytes_per_step'] == (
+      config.step_layout.step_spec.shape[0])
+  assert config_lib.BufferConfig.from_manifest(stored).layout == 'packed'
+  assert _config(data_spec, layout='columns').diff(stored) == [
+      ('layout', 'packed', 'columns')]
+
+
+def test_configs_without_a_recorded_layout_are_columns(data_spec):
+  stored = _config(data_spec, layout='columns').to_manifest()
+  assert stored['layout'] == {'name': 'columns'}
+  old = {k: v for k, v in stored.items() if k != 'layout'}  # Before issue 16.
+  assert config_lib.BufferConfig.from_manifest(old).layout == 'columns'
+  assert _config(data_spec, layout='columns').diff(old) == []
+  assert _config(data_spec).diff(old) == [('layout', 'columns', 'packed')]
+  assert config_lib.BufferConfig.from_manifest(old).constructor_kwargs()[
+      'layout'] == 'columns'
+
+
+def test_a_spec_that_cannot_pack_defaults_to_columns_and_refuses_packed():
+  import tensorflow as tf
+  from tf_agents.trajectories import trajectory
+  spec = trajectory.Trajectory(
+      step_type=tf.TensorSpec([], tf.int32), observation=tf.TensorSpec(
+          [2], tf.string), action=tf.TensorSpec([], tf.int32),
+      policy_info=(), next_step_type=tf.TensorSpec([], tf.int32),
+      reward=tf.TensorSpec([], tf.float32),
+      discount=tf.TensorSpec([], tf.float32))
+  assert _config(spec).layout == 'columns'
+  with pytest.raises(ValueError, match="field 'observation' has dtype"):
+    _config(spec, layout='packed')
+
+
 def test_table_lookups_name_what_there_is(data_spec):
   config = _config(data_spec, table_configs=[
       tables.TableConfig(), tables.TableConfig(name='p', sampler='prioritized')])
@@ -77,11 +115,13 @@ def test_config_is_immutable(data_spec):
      'names must be unique'),
     ({'counts': {'num_envs': 1.5}}, 'num_envs must be a positive integer'),
     ({'policies': {'non_finite': 'ignore'}}, "non_finite must be one of"),
+    ({'layout': 'rows'}, r"layout must be one of \('columns', 'packed'\) or "
+     "None, got 'rows'"),
 ])
 def test_manager_argument_checks_name_the_argument(kwargs, message):
   args = dict(server_address=None, capacity=10, checkpoint_dir='/tmp/x',
               port=None, lengths={}, timeouts={}, table_configs=None,
-              counts={}, policies={})
+              layout=None, counts={}, policies={})
   args.update(kwargs)
   with pytest.raises(ValueError, match=message):
     config_lib.check_manager_arguments(**args)

@@ -1,0 +1,214 @@
+"""Packed items: blocks of consecutive packed steps, one Reverb item each.
+
+A table with `TableConfig.block_length = K` and `sequence_length = L` stores
+each environment's stream as blocks of up to K packed rows (see
+`packing.StepCodec`), each written as ONE Reverb step of `uint8[K, bytes]` and
+one item: Reverb's fixed cost is paid once per block instead of once per
+window. A new block starts every `S = K - L + 1` steps, its first L - 1 rows
+repeating the end of the previous one, so every window of L steps lies in
+exactly one block. A block's priority is the number of windows it holds (S,
+fewer in the last block of an episode, whose missing rows are zeros), and
+the table samples blocks in proportion to it (prioritized, exponent 1): the
+sampled window, cut uniformly from its block, is uniform over all stored
+windows (`cut_windows`).
+
+A block is written once it is full, at the end of an episode (unless the
+table crosses episodes) and on `flush()` (so a checkpoint holds every window
+written; the next block then repeats the last L - 1 rows).
+"""
+
+import dataclasses
+from typing import Any, Callable, List, Sequence, Tuple
+
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from smart_replay.core import planner as planner_lib
+from smart_replay.core import specs
+from smart_replay.core import reverb_tables
+from smart_replay.core import writer as writer_lib
+
+Block = Tuple[np.ndarray, int]  # (rows [K, bytes], windows it holds)
+
+
+class BlockBuilder:
+  """The open block of one table for one environment's stream (pure numpy).
+
+  Args:
+    config: the table's resolved `TableConfig` (with `block_length`).
+    bytes_per_step: the length of a packed row.
+  """
+
+  def __init__(self, config: Any, bytes_per_step: int):
+    self.table = config.name
+    self._length = config.sequence_length
+    self._cross = config.cross_episodes
+    self._rows = np.zeros([config.block_length, bytes_per_step], np.uint8)
+    self._count = 0  # Rows in the open block.
+
+  def add(self, row: np.ndarray, step_type: int) -> List[Block]:
+    """Adds one packed step; returns the blocks it completes.
+
+    Args:
+      row: the step's packed row.
+      step_type: its step type (FIRST ends the episode before it, LAST after
+        it, unless the table crosses episodes).
+
+    Returns:
+      `(rows, windows)` of each completed block (a copy), oldest first.
+    """
+    done = []
+    if step_type == planner_lib.FIRST and not self._cross and self._count:
+      done += self._cut(keep=False)
+    self._rows[self._count] = row
+    self._count += 1
+    if self._count == len(self._rows):
+      done += self._cut(keep=True)
+    if step_type == planner_lib.LAST and not self._cross:
+      done += self._cut(keep=False)
+    return done
+
+  def end_episode(self) -> List[Block]:
+    """Ends the stream's episode: the open block is complete (unless the
+    table crosses episodes)."""
+    return [] if self._cross else self._cut(keep=False)
+
+  def flush(self) -> List[Block]:
+    """Completes the open block, so every window written is stored; the next
+    block repeats the last `sequence_length - 1` rows."""
+    return self._cut(keep=True)
+
+  def reset(self) -> None:
+    """Forgets the open block (the stream starts over)."""
+    self._count = 0
+
+  def _cut(self, *, keep: bool) -> List[Block]:
+    count, overlap = self._count, self._length - 1
+    windows = count - overlap
+    if windows <= 0:  # No whole window (yet): nothing to store.
+      if not keep:
+        self._count = 0
+      return []
+    block = self._rows.copy()
+    block[count:] = 0
+    if keep:  # The rows the next window needs.
+      self._rows[:overlap] = self._rows[count - overlap:count]
+      self._count = overlap
+    else:
+      self._count = 0
+    return [(block, windows)]
+
+
+class BlockWriter:
+  """Writes the blocks of every table of packed items, for every stream.
+
+  One Reverb writer serves all streams: each block is one step and one item
+  of its own, so blocks of different streams never mix.
+
+  Args:
+    tables: the resolved configs of the tables of packed items.
+    settings: the observer's `WriterSettings` (client, timeouts, counters);
+      its chunking and signatures are replaced by the blocks' own.
+    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`).
+    num_streams: environments per observer call (1 when unbatched).
+  """
+
+  def __init__(self, tables: Sequence[Any], *,
+               settings: writer_lib.WriterSettings, step_spec: Any,
+               num_streams: int):
+    self._counters = settings.counters
+    self._out = writer_lib.StreamWriter(dataclasses.replace(
+        settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
+        num_columns=1, signatures={t.name: specs.describe_signature(
+            reverb_tables.signature(t, step_spec)) for t in tables}))
+    bytes_per_step = step_spec.shape[0]
+    self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
+                     for _ in range(num_streams)]
+    self._out.on_restart = self.reset
+
+  def add(self, rows: np.ndarray, step_types: Any, *,
+          batched: bool) -> None:
+    """Adds one step of every stream; writes the blocks it completes.
+
+    Args:
+      rows: packed rows, `[bytes]` or `[num_streams, bytes]`.
+      step_types: the step type(s), a scalar or `[num_streams]`.
+      batched: whether `rows` has the streams' dimension.
+
+    Raises:
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `writer.StreamWriter`.
+    """
+    if not batched:
+      self._write(b.add(rows, int(step_types)) for b in self._streams[0])
+      return
+    for index, builders in enumerate(self._streams):
+      self._write(b.add(rows[index], int(step_types[index])) for b in builders)
+
+  def end_episode(self) -> None:
+    """Completes every stream's open blocks of tables that do not cross
+    episodes."""
+    for builders in self._streams:
+      self._write(b.end_episode() for b in builders)
+
+  def flush(self) -> None:
+    """Completes the open blocks and waits until every block is stored.
+
+    Raises:
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `writer.StreamWriter`.
+    """
+    for builders in self._streams:
+      self._write(b.flush() for b in builders)
+    self._out.flush()
+
+  def reset(self) -> None:
+    """Forgets every open block (the writer started over)."""
+    for builders in self._streams:
+      for builder in builders:
+        builder.reset()
+
+  def close(self) -> None:
+    """Closes the Reverb writer at once (call `flush()` first)."""
+    self._out.close()
+
+  def _write(self, per_table: Any) -> None:
+    tables = [b.table for b in self._streams[0]]
+    for table, blocks in zip(tables, per_table):
+      for rows, windows in blocks:
+        self._out.append([rows])
+        self._out.defer(table, float(windows), 1)
+        self._out.end_chunk()
+        self._counters.items[table] += 1
+
+
+def cut_windows(length: int, windows_per_item: int
+                ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
+  """A `tf.data` map from one sampled block to `windows_per_item` windows.
+
+  Each window starts uniformly at random among the block's windows (its
+  priority), independently; its probability is the block's divided by that
+  count, which is the same for every stored window.
+
+  Args:
+    length: steps per window (the table's `sequence_length`).
+    windows_per_item: windows cut from each block.
+
+  Returns:
+    `fn(sample) -> sample` whose data is `[windows_per_item, length,
+    bytes]` and info `[windows_per_item]`; unbatch it.
+  """
+  def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
+    block = sample.data[0]  # [block_length, bytes]: the item's one step.
+    count = tf.cast(sample.info.priority, tf.int32)
+    starts = tf.random.uniform([windows_per_item], 0, count, tf.int32)
+    steps = starts[:, None] + tf.range(length)[None, :]
+    info = sample.info._replace(probability=sample.info.probability /
+                                tf.cast(sample.info.priority, tf.float64))
+    return reverb.ReplaySample(
+        info=tf.nest.map_structure(
+            lambda t: tf.fill([windows_per_item], t), info),
+        data=tf.gather(block, steps))
+  return cut
+
