@@ -209,11 +209,17 @@ def sequence_table(manifest: Dict[str, Any], table: Optional[str]) -> str:
     ValueError: if `table` is unknown or not a sequence table.
   """
   sequence = [t['name'] for t in manifest['tables']
-              if t.get('kind', 'sequence') == 'sequence']
+              if t.get('kind', 'sequence') == 'sequence' and
+              t.get('block_length') is None]
+  blocks = [t['name'] for t in manifest['tables']
+            if t.get('block_length') is not None]
   table = table or (sequence[0] if sequence else None)
   if table not in sequence:
     raise ValueError(
         f'export and plots read the steps of a sequence table; the buffer '
         f'has sequence tables {sequence} (of '
-        f'{[t["name"] for t in manifest["tables"]]}), got {table!r}.')
+        f'{[t["name"] for t in manifest["tables"]]}), got {table!r}.'
+        + (f' Tables of packed items ({blocks}) hold blocks that do not say '
+           'where in their episode they start; add a sequence table without '
+           'block_length to export the steps.' if blocks else ''))
   return table

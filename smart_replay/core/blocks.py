@@ -212,3 +212,25 @@ def cut_windows(length: int, windows_per_item: int
         data=tf.gather(block, steps))
   return cut
 
+
+
+def window_items(items: Sequence[Any], length: int) -> List[Any]:
+  """Every window of every stored block, as items of their own.
+
+  Args:
+    items: `CheckpointReader` items of a table of packed items, decoded
+      (each field `[1, block_length, ...]`; the priority is the block's
+      window count).
+    length: steps per window.
+
+  Returns:
+    One item per window, in block order, with fields `[length, ...]` and
+    the key, priority and times sampled of its block (`steps` empty).
+  """
+  windows = []
+  for item in items:
+    for start in range(int(round(item.priority))):
+      windows.append(item._replace(
+          columns=[c[0, start:start + length] for c in item.columns],
+          steps=[]))
+  return windows

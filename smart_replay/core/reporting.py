@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
+from smart_replay.core import blocks
 from smart_replay.core import checks
 from smart_replay.core import epochs
 from smart_replay.core import session as session_lib
@@ -91,13 +92,20 @@ class Reporting:
       `flush()` first to include items still in an observer's open chunk.
 
     Raises:
-      ValueError: if `batch_size` or the table is invalid.
+      ValueError: if `batch_size` or the table is invalid, or the table holds
+        packed items (its window count needs a snapshot: count `epoch()`).
       ManagerStateError: if the manager is not started.
     """
     checks.positive('batch_size', batch_size, integer=True)
     session = self._session
     session.require(started=True)
-    name = session.config.table(table_name).name
+    config = session.config.table(table_name)
+    if config.block_length is not None:
+      raise ValueError(
+          f'table {config.name!r} holds packed items: blocks of up to '
+          f'{config.windows_per_block} windows, so its items do not count its '
+          'windows; len(list(epoch(batch_size))) counts the batches exactly.')
+    name = config.name
     return epochs.num_batches(session.table_stats()[name]['items'],
                               batch_size, drop_remainder=drop_remainder)
 
@@ -136,7 +144,10 @@ class Reporting:
     session.require(started=True)
     session.backend.require('epoch')
     config = session.config.table(table_name)
-    return epochs.batches(session.backend.snapshot_items(config.name),
+    items = session.backend.snapshot_items(config.name)
+    if config.block_length is not None:  # Every window of every block.
+      items = blocks.window_items(items, config.sequence_length)
+    return epochs.batches(items,
                           session.data_spec, table=config.name,
                           batch_size=batch_size, seed=seed,
                           drop_remainder=drop_remainder)

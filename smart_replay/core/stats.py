@@ -127,12 +127,20 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
                           'insert_wait_total_s', 'sample_wait_total_s'},
          'max_priority',         # prioritized tables
          'long_episodes', 'dropped_episodes',  # episode tables
+         'block_length', 'windows_per_block', 'max_windows',
+         'windows_at_most',      # tables of packed items
          'times_sampled',        # {key: n}, if asked (times_sampled_fields)
          'times_sampled_histogram'}},  # {n: items}, if asked
      'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
      'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
 
-  `items` is what the server holds (observers send a stream's items when
+  `items` is what the server holds: one per window (sequence tables) or
+  episode (episode tables), and for tables of packed items one per block of
+  `block_length` steps, holding up to `windows_per_block` windows (fewer at
+  episode ends and flushes): their `max_size` is Reverb's, in blocks;
+  `max_windows` is the table's configured `max_size`, in windows, and
+  `windows_at_most` is `items * windows_per_block`. Observers send a
+  stream's items when
   their chunk is complete, at episode ends and on `flush()`; this never
   waits on a blocked table). `inserts`/`samples` are the rate limiter's
   counters (Reverb counts samples prefetched by a dataset); `episodes` per
@@ -174,6 +182,11 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
     stats['rate_limiter'] = state
     if config.prioritized:
       stats['max_priority'] = priority_of(config.name)
+    if config.block_length is not None:
+      stats.update(block_length=config.block_length,
+                   windows_per_block=config.windows_per_block,
+                   max_windows=config.max_size,
+                   windows_at_most=stats['items'] * config.windows_per_block)
     if config.kind == 'episode':
       stats['long_episodes'] = observer_total(observers, 'num_long_episodes',
                                               config.name)

@@ -125,12 +125,22 @@ def _console_scripts(root: str) -> Dict[str, str]:
   return names
 
 
+# Committed test data (e.g. checkpoints of older versions), and the filegroup
+# that ships it with the fixture modules.
+FIXTURES = 'tests/fixtures'
+FIXTURE_DATA = ('filegroup(\n    name = "data",\n    srcs = glob(\n'
+                '        ["**"],\n        exclude = ["BUILD", "*.py", "**/__pycache__/**"],\n'
+                '    ),\n)\n')
+
+
 def _data(path: str, source: str, scripts: Dict[str, str]) -> List[str]:
   """Files a module reads at run time (gin configs, the scripts it runs)."""
   data = []
   if "'configs'" in source or 'testing.ROOT' in source or (
       path.startswith('scripts/') and '.gin' in source):
     data.append('//configs')
+  if path.startswith(FIXTURES + '/'):
+    data.append(f'//{FIXTURES}:data')
   if path.startswith('tests/'):
     data += sorted({f'//scripts:{stem}' for name, stem in scripts.items()
                     if re.search(rf'[\'"]{re.escape(name)}[\'"]', source)})
@@ -186,6 +196,8 @@ def build_files(root: str) -> Dict[str, str]:
     load = ('load("//tools/pytest:defs.bzl", "py_pytest")\n\n'
             if uses_pytest else '')
     visibility = ('package(default_visibility = ["//visibility:public"])\n\n')
+    if folder == FIXTURES:  # The committed buffers the fixtures describe.
+      rules.append(FIXTURE_DATA)
     out[os.path.join(folder, 'BUILD')] = (HEADER + '\n' + load + visibility
                                           + '\n'.join(rules))
   return out
