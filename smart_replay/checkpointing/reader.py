@@ -17,6 +17,7 @@ per field of the spec.
 """
 
 import collections
+import os
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import cramjam
@@ -27,6 +28,7 @@ import tree
 
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay import errors
 from smart_replay.core import packing
 
@@ -93,9 +95,10 @@ class CheckpointReader:
 
   Args:
     path: a checkpoint folder (`ckpt-N`, or Reverb's timestamped folder).
-    layout: how the buffer stored its steps (`packing.Layout`, e.g.
-      `packing.layout_from_manifest(manifest)`); None for one column per
-      field, as buffers were written before layouts were recorded.
+    layout: how the buffer stored its steps (`packing.Layout`); None reads
+      it from the folder's `manifest.json` (a `ckpt-N` folder), and reads
+      the columns as Reverb stores them if there is none (e.g. a throwaway
+      snapshot: pass its buffer's layout).
 
   Raises:
     CheckpointCorruptError: if the folder is incomplete or a file cannot be
@@ -103,6 +106,13 @@ class CheckpointReader:
   """
 
   def __init__(self, path: str, layout: Optional[packing.Layout] = None):
+    manifest_path = os.path.join(path, manifest_lib.MANIFEST_NAME)
+    if layout is None and os.path.exists(manifest_path):
+      try:
+        layout = packing.layout_from_manifest(manifest_lib.read(manifest_path))
+      except (OSError, KeyError, ValueError) as e:
+        raise errors.CheckpointCorruptError(
+            f'cannot read the layout of {path} from its manifest: {e}') from e
     self._unpack = (None if layout is None or layout.name == 'columns' else
                     layout.unpack)
     missing = checkpoint_files.missing_files(path)

@@ -40,7 +40,6 @@ from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 
@@ -84,8 +83,7 @@ def _open(source: str, table: Optional[str]):
   path, manifest = checkpoints_lib.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
   table = manifest_lib.sequence_table(manifest, table)
-  reader = checkpoint_reader.CheckpointReader(
-      path, layout=packing.layout_from_manifest(manifest))
+  reader = checkpoint_reader.CheckpointReader(path)
   want = manifest['counts']['tables'][table]['items']
   if reader.tables()[table] != want:
     raise errors.CheckpointCorruptError(

@@ -17,8 +17,25 @@ from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.remote import control as control_lib
 from smart_replay import errors
 from smart_replay.core import local_server as server_lib
+from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.tools import provenance as provenance_lib
+
+
+def _unit(config: Dict[str, Any]) -> str:
+  """What a stored table config's items are: windows, or blocks of them."""
+  if config.get('block_length') is None:
+    return 'items'
+  return (f"blocks (of {config['block_length']} steps, up to "
+          f"{config['block_length'] - config['sequence_length'] + 1} windows)")
+
+
+def _capacity_in_items(config: Dict[str, Any]) -> int:
+  """A stored table config's Reverb capacity (blocks, for packed items)."""
+  if config.get('block_length') is None:
+    return config['max_size']
+  per_block = config['block_length'] - config['sequence_length'] + 1
+  return -(-config['max_size'] // per_block)
 
 
 def _limiter(config: Dict[str, Any]) -> str:
@@ -86,7 +103,8 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
     counts = manifest['counts']['tables'][config['name']]
     tables[config['name']] = {
         'kind': config['kind'], 'sampler': config['sampler'],
-        'remover': config['remover'], 'capacity': config['max_size'],
+        'remover': config['remover'], 'unit': _unit(config),
+        'capacity': _capacity_in_items(config),
         'size': counts['items'], 'episodes': counts.get('episodes'),
         'inserts': counts.get('inserts'), 'samples': counts.get('samples'),
         'rate_limiter': _limiter(config),
@@ -99,6 +117,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
   return {'source': os.path.abspath(source),
           'checkpoint': newest['path'],
           'tables': tables, 'spec': _spec(manifest['data_spec']),
+          'layout': packing.stored_name(manifest),
           'sequence_length': manifest['sequence_length'],
           'stride_length': manifest['stride_length'],
           'capacity': manifest['capacity'],
@@ -140,7 +159,8 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
     live = info[table['name']]
     tables[table['name']] = {
         'kind': table['kind'], 'sampler': table['sampler'],
-        'remover': table['remover'], 'capacity': live.max_size,
+        'remover': table['remover'], 'unit': _unit(table),
+        'capacity': live.max_size,
         'size': live.current_size, 'episodes': live.num_episodes,
         'inserts': live.rate_limiter_info.insert_stats.completed,
         'samples': live.rate_limiter_info.sample_stats.completed,
@@ -148,6 +168,7 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
         'max_times_sampled': live.max_times_sampled}
   return {'source': address, 'checkpoint': None, 'tables': tables,
           'spec': _spec(config['data_spec']),
+          'layout': packing.stored_name(config),
           'sequence_length': config['sequence_length'],
           'stride_length': config['stride_length'],
           'capacity': config['capacity'], 'env_steps': None,
@@ -206,7 +227,8 @@ def format_text(description: Dict[str, Any]) -> str:
   if d['checkpoint']:
     lines.append(f"  newest verified checkpoint: {d['checkpoint']}")
   lines.append(f"  sequence_length={d['sequence_length']} stride_length="
-               f"{d['stride_length']} capacity={d['capacity']:,}")
+               f"{d['stride_length']} capacity={d['capacity']:,} layout="
+               f"{d['layout']}")
   if d['env_steps'] is not None:
     lines.append(f"  env steps {d['env_steps']:,}, episodes "
                  f"{d['episodes']:,}")
@@ -214,7 +236,7 @@ def format_text(description: Dict[str, Any]) -> str:
   for name, t in d['tables'].items():
     lines.append(
         f"  {name}: {t['kind']}, {t['sampler']} sampler, {t['remover']} "
-        f"remover, {t['size']:,}/{t['capacity']:,} items, episodes "
+        f"remover, {t['size']:,}/{t['capacity']:,} {t['unit']}, episodes "
         f"{t['episodes']}, inserts {t['inserts']}, samples {t['samples']}, "
         f"rate limiter {t['rate_limiter']}")
   lines.append('Spec:')

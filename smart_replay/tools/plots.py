@@ -19,7 +19,6 @@ from smart_replay import errors
 from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import packing
 from smart_replay.core import specs
 
 _LAST = int(ts.StepType.LAST)
@@ -70,8 +69,7 @@ def plot_buffer(source: str, output_png: str, *,
   path, manifest = checkpoints_lib.newest_verified(source)
   data_spec = specs.spec_from_json(manifest['data_spec'])
   table = manifest_lib.sequence_table(manifest, table)
-  reader = checkpoint_reader.CheckpointReader(
-      path, layout=packing.layout_from_manifest(manifest))
+  reader = checkpoint_reader.CheckpointReader(path)
   leaves = specs.flatten_spec(data_spec)
   index = {leaf.path: i for i, leaf in enumerate(leaves)}
   pieces = reader.pieces(table)

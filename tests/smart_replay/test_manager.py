@@ -178,6 +178,20 @@ def test_load_with_other_spec_and_sequence_length_lists_each(
       raised.value)
 
 
+def test_load_keeps_the_checkpoint_layout_unless_another_is_asked_for(
+    make_manager, saved):
+  assert checkpoints.verify(saved)['layout']['name'] == 'packed'
+  with pytest.raises(smart_replay.ManifestMismatchError,
+                     match="layout: checkpoint='packed', requested='columns'"):
+    make_manager(layout='columns').load_replay_buffer()
+  manager = make_manager()  # layout=None: the checkpoint's.
+  manager.load_replay_buffer()
+  assert manager.layout == 'packed'
+  assert manager.num_frames() == checkpoints.verify(saved)['counts'][
+      'tables']['experience']['items']
+  manager.close()
+
+
 def test_load_with_other_table_config_lists_it(make_manager, saved):
   with pytest.raises(smart_replay.ManifestMismatchError,
                      match="tables/experience/sampler: checkpoint='uniform', "

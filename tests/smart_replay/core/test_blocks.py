@@ -10,6 +10,7 @@ from smart_replay.core import blocks
 from smart_replay.core import config as config_lib
 from smart_replay.core import tables
 from smart_replay.tools import export
+from smart_replay.tools import inspection
 from tests.smart_replay.core import test_sampling_distribution as streams
 
 
@@ -124,6 +125,12 @@ def test_blocks_hold_the_windows_of_a_per_window_table_and_survive_a_load(
     manager.load_replay_buffer()
     assert manager.layout == 'packed'
     assert _epoch_windows(manager, 'blocks') == windows
+    description = inspection.describe_checkpoints(manager.checkpoint_dir)
+    assert description['layout'] == 'packed'
+    assert description['tables']['blocks']['capacity'] == 250
+    text = inspection.format_text(description)
+    assert 'layout=packed' in text
+    assert '/250 blocks (of 6 steps, up to 4 windows)' in text
     # Export reads the per-window table's steps, and names what it cannot.
     result = export.export_rlds(manager.checkpoint_dir,
                                 str(tmp_path / 'rlds'))

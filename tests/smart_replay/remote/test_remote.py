@@ -244,6 +244,22 @@ def test_client_of_another_spec_lists_the_differences(served):
   manager.close()
 
 
+def test_client_takes_the_served_layout_and_refuses_another(served):
+  server = served()
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=remote_workers.data_spec(), server_address=server.address,
+      layout='columns')
+  with pytest.raises(smart_replay.ManifestMismatchError,
+                     match="layout: server='packed', local='columns'"):
+    manager.connect()
+  manager.close()
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=remote_workers.data_spec(), server_address=server.address)
+  manager.connect()
+  assert manager.layout == 'packed'
+  manager.close()
+
+
 def test_unreachable_address_fails_within_the_timeout():
   port = remote_workers.free_port_pair()
   manager = smart_replay.ReplayBufferManager(
