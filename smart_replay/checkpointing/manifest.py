@@ -152,7 +152,7 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
   layouts = [c.get('layout', {'name': 'columns'}) for c in (stored, requested)]
   if layouts[0]['name'] != layouts[1]['name']:
     diffs.append(('layout', layouts[0]['name'], layouts[1]['name']))
-  elif layouts[0] != layouts[1]:
+  elif layouts[0] != layouts[1] and not diffs:  # Not just another spec.
     diffs.append(('layout (byte layout)', layouts[0], layouts[1]))
   stored_tables = [tables_lib.normalize_stored(
       t, capacity=stored.get('capacity'),

@@ -1,26 +1,18 @@
 """A validating trajectory observer for `tf_agents.train.Actor`.
 
-The observer
-
-* checks every step's structure, dtypes, shapes and values against the data
-  spec before anything reaches a writer (`step_validation`);
-* writes each step once and makes the items of every table from it: sequence
-  items of each table's length and stride, and whole-episode items;
-* takes steps of one environment, or of `num_envs` environments batched on
-  the outer dimension (`BatchedPyEnvironment`, `ParallelPyEnvironment`), and
-  then keeps one stream, with its own episode boundaries, per environment;
-* bounds every wait on the server (episode end, flush, close) by a timeout,
-  and never runs more than ~50 items ahead of the server (back-pressure), so
-  a blocked table stops the actor within a timeout instead of filling its
-  memory, and Reverb's "pending items alarmingly high" warning stays quiet;
-* survives a restart of a remote server: it waits (at most
-  `reconnect_timeout_s`) for Reverb's writer to reconnect, then raises
-  `ServerUnavailableError` and counts what it could not store
-  (`num_lost_steps`, `num_lost_items`); the next step starts a new episode.
+The observer checks every step against the spec (`step_validation`), writes
+it once and makes the items of every table from it; takes one environment's
+steps or `num_envs` batched ones (one stream, with its own episodes, per
+environment); bounds every wait on the server by a timeout and stays at most
+~50 items ahead of it (back-pressure); and survives a remote server's
+restart: it waits up to `reconnect_timeout_s` for Reverb's writer to
+reconnect, then raises `ServerUnavailableError` and counts what it could not
+store (`num_lost_steps`, `num_lost_items`).
 
 The work is split: `planner.StreamPlan` decides which items each step
-completes, `writer.StreamWriter` sends them, `counters.Counters` counts, and a
-`packing.Layout` turns a step's fields into Reverb columns.
+completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
+`packing.Layout` turns a step's fields into Reverb columns, and
+`blocks.BlockWriter` writes the tables of packed items.
 """
 
 import os
@@ -58,13 +50,11 @@ def _counter(name: str) -> property:
 class TrajectoryObserver:
   """Writes trajectories as the items of every configured table.
 
-  Sequence tables get an item of `sequence_length` consecutive steps every
-  `stride_length` steps; unless the table sets `cross_episodes`, items never
-  straddle two episodes: the boundary step (LAST -> FIRST) closes an episode
-  and is the last step of the items ending there, and a FIRST step arriving
-  mid-episode (the environment was reset, e.g. by a new `Actor`) also starts a
-  new episode. Episodes shorter than a sequence table's length give it no
-  item (counted in `num_short_episodes`). Episode tables get one item per
+  Sequence tables get an item of `sequence_length` steps every
+  `stride_length` steps, never straddling two episodes (unless
+  `cross_episodes`): a LAST step ends an episode, and so does a FIRST step
+  arriving mid-episode (e.g. a new `Actor`). Shorter episodes give no item
+  (counted in `num_short_episodes`). Episode tables get one item per
   episode (see `TableConfig` for episodes longer than `episode_length`).
   Tables of packed items get blocks of steps (`blocks.BlockWriter`).
 

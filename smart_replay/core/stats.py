@@ -139,7 +139,9 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   `block_length` steps, holding up to `windows_per_block` windows (fewer at
   episode ends and flushes): their `max_size` is Reverb's, in blocks;
   `max_windows` is the table's configured `max_size`, in windows, and
-  `windows_at_most` is `items * windows_per_block`. Observers send a
+  `windows_at_most` is `items * windows_per_block` (their `episodes` is
+  None: one Reverb stream writes the blocks of every episode). Observers
+  send a
   stream's items when
   their chunk is complete, at episode ends and on `flush()`; this never
   waits on a blocked table). `inserts`/`samples` are the rate limiter's
@@ -183,7 +185,8 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
     if config.prioritized:
       stats['max_priority'] = priority_of(config.name)
     if config.block_length is not None:
-      stats.update(block_length=config.block_length,
+      stats.update(episodes=None,  # Blocks are not written per episode.
+                   block_length=config.block_length,
                    windows_per_block=config.windows_per_block,
                    max_windows=config.max_size,
                    windows_at_most=stats['items'] * config.windows_per_block)

@@ -30,6 +30,13 @@ def _unit(config: Dict[str, Any]) -> str:
           f"{config['block_length'] - config['sequence_length'] + 1} windows)")
 
 
+def _episodes(config: Dict[str, Any], counts: Dict[str, Any]
+              ) -> Optional[int]:
+  """Reverb's episode count of a table; None for packed items (one Reverb
+  stream writes the blocks of every episode)."""
+  return None if config.get('block_length') else counts.get('episodes')
+
+
 def _capacity_in_items(config: Dict[str, Any]) -> int:
   """A stored table config's Reverb capacity (blocks, for packed items)."""
   if config.get('block_length') is None:
@@ -105,7 +112,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
         'kind': config['kind'], 'sampler': config['sampler'],
         'remover': config['remover'], 'unit': _unit(config),
         'capacity': _capacity_in_items(config),
-        'size': counts['items'], 'episodes': counts.get('episodes'),
+        'size': counts['items'], 'episodes': _episodes(config, counts),
         'inserts': counts.get('inserts'), 'samples': counts.get('samples'),
         'rate_limiter': _limiter(config),
         'max_times_sampled': config['max_times_sampled']}
@@ -161,7 +168,8 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
         'kind': table['kind'], 'sampler': table['sampler'],
         'remover': table['remover'], 'unit': _unit(table),
         'capacity': live.max_size,
-        'size': live.current_size, 'episodes': live.num_episodes,
+        'size': live.current_size,
+        'episodes': _episodes(table, {'episodes': live.num_episodes}),
         'inserts': live.rate_limiter_info.insert_stats.completed,
         'samples': live.rate_limiter_info.sample_stats.completed,
         'rate_limiter': _limiter(table),
