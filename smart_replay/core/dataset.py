@@ -52,7 +52,9 @@ class ReplayInfo(NamedTuple):
 
   Every field has shape `[batch, num_steps]` (per-item values are broadcast
   over the steps, as TF-Agents does with `reverb.SampleInfo`), so
-  `info.key[:, 0]` are the sampled items' keys.
+  `info.key[:, 0]` are the sampled items' keys. For a table of packed items,
+  `key`, `table_size`, `priority` (its window count) and `times_sampled` are
+  the sampled block's, and `probability` is the window's.
 
   Attributes:
     key: uint64 item keys (for `ReplayBufferManager.update_priorities`).
