@@ -10,7 +10,7 @@ real Reverb server.
 
 import os
 import shutil
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 import pytest
@@ -22,9 +22,6 @@ from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.checkpointing import reader as checkpoint_reader
 from tests.fixtures import make_columns_layout_v1 as fixture
 
-# Manifest keys that are not part of the buffer's configuration.
-_NOT_CONFIG = ('format', 'checkpoint', 'created_utc', 'counts', 'files',
-               'extra', 'versions')
 # A third episode, written after loading (same formula, episode index 2).
 _MORE_LENGTHS = fixture.EPISODE_LENGTHS + (9,)
 
@@ -41,29 +38,6 @@ def _manifest(buffer_dir: str, checkpoint: str = fixture.CHECKPOINT) -> dict:
   """
   return manifest_lib.read(os.path.join(buffer_dir, checkpoint,
                                         manifest_lib.MANIFEST_NAME))
-
-
-def _layout_names(config: Any) -> Iterator[str]:
-  """Yields every layout name recorded under a 'layout' key in `config`.
-
-  The value of a 'layout' key may be a name ('columns') or a dict with a
-  'name' (`{'name': 'columns', ...}`), at any depth.
-
-  Args:
-    config: a manifest's configuration part (dicts and lists).
-
-  Yields:
-    The layout names found.
-  """
-  if isinstance(config, dict):
-    for key, value in config.items():
-      if key == 'layout':
-        yield value.get('name') if isinstance(value, dict) else value
-      else:
-        yield from _layout_names(value)
-  elif isinstance(config, list):
-    for value in config:
-      yield from _layout_names(value)
 
 
 def _assert_same(actual: Any, expected: Any, where: str) -> None:
@@ -167,12 +141,11 @@ def loaded(legacy_dir):
 def test_the_fixture_is_a_legacy_columns_checkpoint():
   """The committed fixture is what this file tests: pre-layout, complete.
 
-  No 'layout' key anywhere in its configuration, one checkpoint of the
-  expected files, and counts that match the formula.
+  No 'layout' key in its manifest, one checkpoint of the expected files, and
+  counts that match the formula.
   """
   manifest = _manifest(fixture.FIXTURE_DIR)
-  config = {k: v for k, v in manifest.items() if k not in _NOT_CONFIG}
-  assert list(_layout_names(config)) == []
+  assert 'layout' not in manifest
   assert manifest['extra']['fixture'] == fixture.FIXTURE_NAME
   assert sorted(os.listdir(os.path.join(fixture.FIXTURE_DIR,
                                         fixture.CHECKPOINT))) == sorted(
@@ -360,9 +333,7 @@ def test_writes_and_checkpoints_after_load_as_columns(loaded, legacy_dir):
       assert item.priority == expected, (table, item_id)
     assert seen == set(want), table
   assert new['counts']['env_steps'] == sum(_MORE_LENGTHS)
-  # Last, so the data checks above run before the layout work lands.
-  config = {k: v for k, v in new.items() if k not in _NOT_CONFIG}
-  assert list(_layout_names(config)) == ['columns'], config.get('layout')
+  assert new['layout'] == {'name': 'columns'}
 
 
 def test_the_writers_own_arguments_load_it(legacy_dir):
