@@ -138,7 +138,8 @@ class BufferConfig:
 
     Returns:
       `{'data_spec', 'sequence_length', 'stride_length', 'capacity',
-      'tables', 'layout'}` (see `manifest.build_config`); the same dict every call.
+      'tables', 'layout'}` (see `manifest.build_config`); the same dict
+      every call.
     """
     return self._manifest
 

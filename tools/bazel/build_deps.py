@@ -129,7 +129,8 @@ def _console_scripts(root: str) -> Dict[str, str]:
 # that ships it with the fixture modules.
 FIXTURES = 'tests/fixtures'
 FIXTURE_DATA = ('filegroup(\n    name = "data",\n    srcs = glob(\n'
-                '        ["**"],\n        exclude = ["BUILD", "*.py", "**/__pycache__/**"],\n'
+                '        ["**"],\n'
+                '        exclude = ["BUILD", "*.py", "**/__pycache__/**"],\n'
                 '    ),\n)\n')
 
 
