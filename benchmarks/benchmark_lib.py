@@ -1,31 +1,34 @@
 """Side-by-side benchmark: smart_replay against the stock TF-Agents Reverb path.
 
-One fixed workload (a TF-Agents `Trajectory` with observation float32[N],
-action float32[4], reward, discount and step types; items of 2 steps, stride
-1) is written and sampled in the same run by both paths, alternating repeats:
+One fixed workload (a TF-Agents `Trajectory` with observation float32[N] or
+another shape and dtype, action float32[4], reward, discount and step types;
+windows of 2 steps, stride 1) is written and sampled in the same run by every
+path, in alternating repeats. The buffers (`workload.BUFFERS`) are 'stock'
+(one Reverb column per field, written by TF-Agents), 'ours' (our default
+packed layout: one byte column per step), 'ours_columns' (our observer, one
+column per field) and 'blocks' (packed items of 32 steps). Measured:
 
 * insert steps/s: `TrajectoryObserver` (single environment, and batched over
-  `num_envs` environments) vs TF-Agents' `ReverbAddTrajectoryObserver`, each
-  writing an identical table (`tables.make_table`);
-* sampling transitions/s: `dataset.make_dataset` (what
-  `ReplayBufferManager.get_dataset` returns) vs `ReverbReplayBuffer.as_dataset`
-  on the same table;
-* checkpoint seconds, bytes and restore seconds of the two buffers;
+  `num_envs` environments) vs TF-Agents' `ReverbAddTrajectoryObserver`;
+* sampling transitions/s: `dataset.table_dataset` (what
+  `ReplayBufferManager.get_dataset` returns) vs `ReverbReplayBuffer.as_dataset`;
+* checkpoint seconds, bytes and restore seconds of the buffers;
 * server memory: RSS growth of each buffer's server per million steps, vs the
-  raw bytes of the steps.
+  raw bytes of the steps;
+* optionally (`curve_sizes`), sampling speed and memory per step against the
+  buffer's size (`curve`).
 
 Each buffer lives in its own Reverb server process (spawned), so its memory
 and its restore time are measured alone. Two reference rows show where the
-limits are: `reverb_floor` writes with Reverb's C++ writer calls alone (what
-our observer does, with a minimal Python loop and no validation or
-bookkeeping) and samples with a bare
-`reverb.TrajectoryDataset`. Timings are medians of the repeats; ratios are
-ours / stock from this one run.
+limits are: `reverb_floor` writes with Reverb's C++ writer calls alone (rows
+packed beforehand, a minimal Python loop, no validation or bookkeeping) and
+samples with a bare `reverb.TrajectoryDataset` of the packed buffer. Timings
+are medians of the repeats; ratios are ours / stock from this one run.
 
-This module runs it all (`run`); the parts are `workload` (the steps),
-`servers` (a server process per buffer), `writers` (insert speed),
-`checkpoints` (checkpoint and restore), `sampling` (sampling speed) and
-`report` (ratios, table, chart).
+This module runs it all (`run`); the parts are `workload` (the steps and
+buffers), `servers` (a server process per buffer), `writers` (insert speed),
+`checkpoints` (checkpoint and restore), `sampling` (sampling speed), `curve`
+(cost against size) and `report` (ratios, table, charts).
 """
 
 import dataclasses
@@ -34,12 +37,13 @@ import json
 import os
 import platform
 import shutil
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 import tensorflow as tf
 
 from smart_replay.core import observer as observer_lib
 from smart_replay_benchmarks import checkpoints as checkpoints_lib
+from smart_replay_benchmarks import curve as curve_lib
 from smart_replay_benchmarks import extras
 from smart_replay_benchmarks import report
 from smart_replay_benchmarks import sampling
@@ -60,18 +64,22 @@ ratios = report.ratios
 raw_bytes_per_step = workload_lib.raw_bytes_per_step
 
 
-def run(workload: workload_lib.Workload, output_dir: str) -> Dict[str, Any]:
+def run(workload: workload_lib.Workload, output_dir: str,
+        curve_sizes: Sequence[int] = ()) -> Dict[str, Any]:
   """Runs the benchmark and writes `benchmark.json` and `benchmark.png`.
 
   Args:
     workload: what to write and sample.
     output_dir: where the results and the (deleted afterwards) server
       checkpoints go; created if missing.
+    curve_sizes: buffer sizes (steps) of the size curve, e.g. (100_000,
+      1_000_000, 3_000_000); empty for none. With sizes, `curve.png` is
+      drawn too.
 
   Returns:
     The results (also in `output_dir/benchmark.json`): the workload, the
-    machine, every measurement, and `ratios` {name: {value, target, better,
-    met, meaning}}.
+    machine, every measurement, `ratios` {name: {value, target, better,
+    met, meaning}} and `curve` (see `curve.measure_curve`).
 
   Raises:
     TimeoutError: if a server process does not start, or a checkpoint takes
@@ -83,7 +91,7 @@ def run(workload: workload_lib.Workload, output_dir: str) -> Dict[str, Any]:
   os.makedirs(output_dir, exist_ok=True)
   work = os.path.join(output_dir, 'servers')
   shutil.rmtree(work, ignore_errors=True)
-  spec = workload_lib.data_spec(workload.observation_size)
+  spec = workload.spec
   per_repeat = workload.steps_per_repeat
   total = per_repeat * workload.repeats
   results: Dict[str, Any] = {
@@ -93,36 +101,41 @@ def run(workload: workload_lib.Workload, output_dir: str) -> Dict[str, Any]:
                   'tensorflow': tf.__version__,
                   'tf_agents': importlib.metadata.version('tf-agents')},
       'chunk_length': (workload.chunk_length or
-                       observer_lib.auto_chunk_length(spec)),
+                       observer_lib.auto_chunk_length(
+                           workload_lib.BUFFERS['ours'].step_layout(
+                               spec).step_spec)),
       'raw_bytes_per_step': workload_lib.raw_bytes_per_step(spec)}
+  measured = ('stock', 'ours', 'ours_columns', 'blocks')
   servers = {}
   try:
-    for name in ('stock', 'ours', 'sink'):  # 'sink': batched and floor writes.
+    for name, buffer in workload_lib.BUFFERS.items():
       servers[name] = servers_lib.ServerProcess(
-          spec, 2 * total, os.path.join(work, name))
-    rss_start = {name: servers[name].rss() for name in ('stock', 'ours')}
+          spec, 2 * total, os.path.join(work, name), buffer=buffer)
+    rss_start = {name: servers[name].rss() for name in measured}
     results['insert_steps_per_s'] = writers.measure_inserts(
         workload, spec, servers)
-    items = {name: servers[name].items() for name in ('stock', 'ours')}
+    items = {name: servers[name].items() for name in measured}
     results['memory'] = {
         name: {'rss_growth_bytes': servers[name].rss() - rss_start[name],
-               'items': items[name]} for name in ('stock', 'ours')}
-    for name in ('stock', 'ours'):
+               'items': items[name]} for name in measured}
+    for name in measured:
       results['memory'][name]['per_million_steps'] = (
           results['memory'][name]['rss_growth_bytes'] / total * 1e6)
     results['memory']['raw_per_million_steps'] = (
         results['raw_bytes_per_step'] * 1e6)
-    servers.pop('sink').close()
+    for name in ('sink', 'ours_columns'):
+      servers.pop(name).close()
     checkpoints = checkpoints_lib.measure_checkpoints(
         spec, 2 * total, items, servers, work)
     results['checkpoint'] = {
         name: {k: v for k, v in c.items() if k != 'path'}
         for name, c in checkpoints.items()}
-    results['sample_transitions_per_s'] = {
-        f'{buffer}_buffer': sampling.measure_sampling(
-            workload, spec, 2 * total, checkpoints[buffer]['path'],
-            os.path.join(work, f'{buffer}_sampled'))
-        for buffer in ('ours', 'stock')}
+    results['sample_transitions_per_s'] = sampling.measure_sampling(
+        workload, spec, 2 * total,
+        {name: c['path'] for name, c in checkpoints.items()},
+        os.path.join(work, 'sampled'))
+    results['curve'] = curve_lib.measure_curve(workload, spec, curve_sizes,
+                                               work)
   finally:
     for server in servers.values():
       server.close()
@@ -132,4 +145,6 @@ def run(workload: workload_lib.Workload, output_dir: str) -> Dict[str, Any]:
   with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
     json.dump(results, f, indent=2)
   report.plot(results, os.path.join(output_dir, 'benchmark.png'))
+  if results['curve']['sizes']:
+    report.plot_curve(results, os.path.join(output_dir, 'curve.png'))
   return results

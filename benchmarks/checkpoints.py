@@ -10,8 +10,8 @@ import reverb
 
 from smart_replay.checkpointing import checkpointer as checkpointer_lib
 from smart_replay.checkpointing import layout
-from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.checkpointing import store as checkpoint_store
+from smart_replay.core import config as config_lib
 from smart_replay.core import local_server as server_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
@@ -48,7 +48,8 @@ def _reverb_checkpoint(client: reverb.Client, name: str) -> str:
 
 
 def _checkpoint_like_the_manager(client: reverb.Client, spec: Any,
-                                 capacity: int, root: str) -> str:
+                                 capacity: int, root: str,
+                                 buffer: workload_lib.Buffer) -> str:
   """A save as `ReplayBufferManager.checkpoint()` makes it.
 
   Reverb's save, bounded and checked for every table's items, then moved to
@@ -60,14 +61,16 @@ def _checkpoint_like_the_manager(client: reverb.Client, spec: Any,
     capacity: the table's max_size.
     root: the checkpoint store's root (on the file system of the server's
       Reverb checkpoints).
+    buffer: how the buffer stores the stream (recorded in the manifest).
 
   Returns:
     The committed checkpoint folder.
   """
-  config = manifest_lib.build_config(
-      data_spec=spec, sequence_length=workload_lib.SEQUENCE_LENGTH,
-      stride_length=1, capacity=capacity,
-      table_configs=[workload_lib.table_config(capacity)])
+  config = config_lib.BufferConfig.resolve(
+      data_spec=spec, capacity=capacity,
+      sequence_length=workload_lib.SEQUENCE_LENGTH, stride_length=1,
+      table_configs=[buffer.table(capacity)],
+      layout=buffer.layout).to_manifest()
   checkpointer = checkpointer_lib.Checkpointer(
       client, checkpoint_store.CheckpointStore(root),
       timeout_s=_CHECKPOINT_TIMEOUT_S)
@@ -80,7 +83,7 @@ def _checkpoint_like_the_manager(client: reverb.Client, spec: Any,
 def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
                         servers: Dict[str, servers_lib.ServerProcess],
                         work: str) -> Dict[str, Dict[str, Any]]:
-  """Checkpoints and restores the 'stock' and 'ours' buffers.
+  """Checkpoints and restores the 'stock', 'ours' and 'blocks' buffers.
 
   A checkpoint is timed from the save request to its last file: Reverb's
   save for stock, the manager's `Checkpointer.save` for ours (Reverb's save
@@ -93,33 +96,34 @@ def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
     spec: the step spec.
     capacity: the tables' max_size.
     items: the items of each buffer, by name.
-    servers: the running servers; 'stock' and 'ours' are saved, then stopped
-      and removed from it.
+    servers: the running servers; 'stock', 'ours' and 'blocks' are saved,
+      then stopped and removed from it.
     work: the folder of the checkpoint roots.
 
   Returns:
-    {'stock', 'ours': {path, seconds, bytes, items, restore_seconds,
-    restored_items}}.
+    {'stock', 'ours', 'blocks': {path, seconds, bytes, items,
+    restore_seconds, restored_items}}.
   """
   checkpoints = {}
-  for name in ('stock', 'ours'):
+  for name in ('stock', 'ours', 'blocks'):
+    buffer = workload_lib.BUFFERS[name]
     start = time.perf_counter()
-    if name == 'ours':
+    if name != 'stock':
       path = _checkpoint_like_the_manager(
           servers[name].client, spec, capacity,
-          os.path.join(work, 'ours_buffer'))
+          os.path.join(work, f'{name}_buffer'), buffer)
     else:
       path = _reverb_checkpoint(servers[name].client, name)
     checkpoint = {'path': path, 'seconds': time.perf_counter() - start,
                   'bytes': _folder_bytes(path), 'items': items[name]}
     servers.pop(name).close()
     start = time.perf_counter()
-    if name == 'ours':  # The manager verifies every file before loading.
+    if name != 'stock':  # The manager verifies every file before loading.
       layout.verify(path)
     verify_seconds = time.perf_counter() - start
     with servers_lib.ServerProcess(
         spec, capacity, os.path.join(work, f'{name}_restored'),
-        fallback=path) as restored:
+        fallback=path, buffer=buffer) as restored:
       checkpoint['restore_seconds'] = restored.load_seconds + verify_seconds
       checkpoint['restored_items'] = restored.items()
     checkpoints[name] = checkpoint

@@ -1,22 +1,27 @@
-"""The benchmark workload: its settings, its step spec and its steps.
+"""The benchmark workload: its settings, its step spec, its steps and buffers.
 
 Every compared path writes the same deterministic stream of TF-Agents
-`Trajectory` steps (observation float32[N], action float32[4], reward,
-discount and step types) into a table of items of 2 steps, stride 1.
+`Trajectory` steps (observation float32[N], or another shape and dtype;
+action float32[4], reward, discount and step types) into a table of items of
+2 steps, stride 1. `BUFFERS` are the compared buffers: how each stores a step
+(`Buffer.layout`) and whether its items are blocks of steps
+(`Buffer.block_length`).
 """
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
+from smart_replay.core import packing
 from smart_replay.core import tables as tables_lib
 
 TABLE = 'replay'
 SEQUENCE_LENGTH = 2
+OBSERVATION_DTYPES = ('float32', 'uint8')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +32,8 @@ class Workload:
     steps: steps written into each compared buffer (checkpoint and memory are
       measured on buffers of this many steps).
     repeats: alternating repeats; each writes `steps // repeats` steps per path.
-    observation_size: floats per observation.
+    observation_size: floats per observation (when `observation_shape` is
+      None).
     observation: 'smooth' (sensor-like: slow sines plus noise, rounded to
       0.01) or 'noise' (standard normal floats, which do not compress).
     episode_length: steps per episode.
@@ -36,6 +42,10 @@ class Workload:
     sample_batches: batches timed per sampling repeat.
     chunk_length: our observer's chunk length (None: automatic).
     seed: seed of the generated steps.
+    observation_shape: the observation's shape, e.g. (84, 84, 4); None for
+      `(observation_size,)`.
+    observation_dtype: 'float32', or 'uint8' (image-like: the values scaled
+      to 0..255).
   """
   steps: int = 1_000_000
   repeats: int = 5
@@ -47,6 +57,8 @@ class Workload:
   sample_batches: int = 200
   chunk_length: Optional[int] = None
   seed: int = 0
+  observation_shape: Optional[Tuple[int, ...]] = None
+  observation_dtype: str = 'float32'
 
   def __post_init__(self):
     for name in ('steps', 'repeats', 'observation_size', 'num_envs',
@@ -61,6 +73,15 @@ class Workload:
     if self.observation not in ('smooth', 'noise'):
       raise ValueError(f"Workload.observation must be 'smooth' or 'noise', got "
                        f'{self.observation!r}.')
+    if self.observation_dtype not in OBSERVATION_DTYPES:
+      raise ValueError(f'Workload.observation_dtype must be one of '
+                       f'{OBSERVATION_DTYPES}, got {self.observation_dtype!r}.')
+    if self.observation_shape is not None and (
+        not self.observation_shape or
+        any(isinstance(d, bool) or not isinstance(d, int) or d < 1
+            for d in self.observation_shape)):
+      raise ValueError(f'Workload.observation_shape must be a tuple of '
+                       f'integers >= 1, got {self.observation_shape!r}.')
     if self.steps // self.repeats < self.num_envs * self.episode_length:
       raise ValueError(
           f'Workload.steps // repeats = {self.steps // self.repeats} steps per '
@@ -73,19 +94,40 @@ class Workload:
     """Steps each path writes per repeat."""
     return self.steps // self.repeats
 
+  @property
+  def shape(self) -> Tuple[int, ...]:
+    """The observation's shape."""
+    return tuple(self.observation_shape or (self.observation_size,))
 
-def data_spec(observation_size: int) -> trajectory_lib.Trajectory:
+  @property
+  def spec(self) -> trajectory_lib.Trajectory:
+    """The spec of one step of this workload (see `data_spec`)."""
+    return data_spec(self.observation_size, shape=self.observation_shape,
+                     dtype=self.observation_dtype)
+
+  def describe_observation(self) -> str:
+    """The observation, e.g. 'float32[32] smooth' or 'uint8[84, 84, 4]'."""
+    return (f'{self.observation_dtype}{list(self.shape)} '
+            f'{self.observation}')
+
+
+def data_spec(observation_size: int, *,
+              shape: Optional[Tuple[int, ...]] = None,
+              dtype: str = 'float32') -> trajectory_lib.Trajectory:
   """The spec of one benchmark step (a TF-Agents `Trajectory`).
 
   Args:
-    observation_size: floats per observation.
+    observation_size: floats per observation (when `shape` is None).
+    shape: the observation's shape; None for `(observation_size,)`.
+    dtype: the observation's dtype ('float32' or 'uint8').
 
   Returns:
     The `Trajectory` of `tf.TensorSpec`s.
   """
   return trajectory_lib.Trajectory(
       step_type=tf.TensorSpec([], tf.int32, 'step_type'),
-      observation=tf.TensorSpec([observation_size], tf.float32, 'observation'),
+      observation=tf.TensorSpec(list(shape or (observation_size,)),
+                                tf.as_dtype(dtype), 'observation'),
       action=tf.TensorSpec([4], tf.float32, 'action'),
       policy_info=(),
       next_step_type=tf.TensorSpec([], tf.int32, 'next_step_type'),
@@ -129,17 +171,20 @@ def make_steps(workload: Workload, start: int, count: int,
   step_type = np.where(position == 0, 0, np.where(position == last, 2, 1))
   next_step_type = np.where(position == last - 1, 2,
                             np.where(position == last, 0, 1))
-  shape = (envs, count, workload.observation_size)
+  size = int(np.prod(workload.shape))
+  shape = (envs, count, size)
   if workload.observation == 'noise':
     observation = rng.standard_normal(shape)
   else:
-    phase = np.random.default_rng(workload.seed).uniform(
-        0, 2 * np.pi, workload.observation_size)
+    phase = np.random.default_rng(workload.seed).uniform(0, 2 * np.pi, size)
     observation = np.round(20 + 5 * np.sin(index[..., None] / 50 + phase) +
                            0.05 * rng.standard_normal(shape), 2)
+  if workload.observation_dtype == 'uint8':  # Pixels, 0..255.
+    observation = np.clip(128 + (observation - 20) * 20, 0, 255)
+  observation = observation.reshape((envs, count) + workload.shape)
   fields = dict(
       step_type=step_type.astype(np.int32),
-      observation=observation.astype(np.float32),
+      observation=observation.astype(workload.observation_dtype),
       action=rng.uniform(-1, 1, (envs, count, 4)).astype(np.float32),
       next_step_type=next_step_type.astype(np.int32),
       reward=rng.standard_normal((envs, count)).astype(np.float32),
@@ -154,14 +199,50 @@ def make_steps(workload: Workload, start: int, count: int,
           for i in range(count)]
 
 
-def table_config(capacity: int) -> tables_lib.TableConfig:
-  """The benchmark table: items of `SEQUENCE_LENGTH` steps, stride 1.
+def table_config(capacity: int, block_length: Optional[int] = None
+                 ) -> tables_lib.TableConfig:
+  """The benchmark table: windows of `SEQUENCE_LENGTH` steps, stride 1.
 
   Args:
-    capacity: the table's max_size.
+    capacity: the table's max_size, in windows.
+    block_length: packed items of this many steps; None: one item per
+      window.
 
   Returns:
     The resolved `TableConfig` named `TABLE`.
   """
-  return tables_lib.TableConfig(name=TABLE).resolve(
+  return tables_lib.TableConfig(name=TABLE, block_length=block_length).resolve(
       capacity=capacity, sequence_length=SEQUENCE_LENGTH, stride_length=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+  """How one compared buffer stores the stream.
+
+  Attributes:
+    layout: 'columns' (one Reverb column per field, as TF-Agents writes) or
+      'packed' (one byte column per step).
+    block_length: packed items of this many steps; None: one item per
+      window.
+  """
+  layout: str = 'columns'
+  block_length: Optional[int] = None
+
+  def table(self, capacity: int) -> tables_lib.TableConfig:
+    """The buffer's resolved table config (see `table_config`)."""
+    return table_config(capacity, self.block_length)
+
+  def step_layout(self, spec: Any) -> packing.Layout:
+    """The buffer's `packing.Layout` for `spec`."""
+    return packing.Layout(self.layout, spec)
+
+
+# Packed items of 32 steps: 31 windows of 2 steps per block.
+BLOCK_LENGTH = 32
+BUFFERS: Dict[str, Buffer] = {
+    'stock': Buffer(),                   # TF-Agents' observer writes it.
+    'ours': Buffer('packed'),            # Our default layout.
+    'ours_columns': Buffer('columns'),   # Our observer, one column per field.
+    'blocks': Buffer('packed', BLOCK_LENGTH),
+    'sink': Buffer('packed'),            # Batched and Reverb-floor writes.
+}

@@ -1,8 +1,11 @@
 """Insert speed: the compared writers, timed over the same steps.
 
-* stock: TF-Agents' `ReverbAddTrajectoryObserver`;
-* ours: our `TrajectoryObserver`, single environment and batched;
-* reverb_floor: Reverb's C++ writer calls alone, from a minimal Python loop.
+* stock: TF-Agents' `ReverbAddTrajectoryObserver` (one column per field);
+* ours: our `TrajectoryObserver` in the packed layout, single environment
+  and batched; ours_columns: the same with one column per field; blocks:
+  packed items of `workload.BLOCK_LENGTH` steps;
+* reverb_floor: Reverb's C++ writer calls alone, appending steps packed
+  beforehand, from a minimal Python loop.
 """
 
 import functools
@@ -32,45 +35,69 @@ def _write_all(observer, steps) -> float:
     observer.close()
 
 
-def _write_stock(client: reverb.Client, steps) -> float:
+def write_stock(client: reverb.Client, steps) -> float:
   """Writes `steps` through TF-Agents' `ReverbAddTrajectoryObserver`.
 
   Its waits have no timeout (that is the stock behaviour); the table never
   blocks inserts here.
+
+  Args:
+    client: a client of the stock buffer's server.
+    steps: the steps.
+
+  Returns:
+    The seconds it took, flush included.
   """
   return _write_all(reverb_utils.ReverbAddTrajectoryObserver(
       client, workload_lib.TABLE,
       sequence_length=workload_lib.SEQUENCE_LENGTH, stride_length=1), steps)
 
 
-def _write_ours(client: reverb.Client, spec, steps, *, num_envs=None,
-                chunk_length=None) -> float:
-  """Writes `steps` through our `TrajectoryObserver`; returns seconds."""
+def write_ours(client: reverb.Client, spec, steps, *,
+               buffer: workload_lib.Buffer, num_envs=None,
+               chunk_length=None) -> float:
+  """Writes `steps` through our `TrajectoryObserver`.
+
+  Args:
+    client: a client of the buffer's server.
+    spec: the step spec.
+    steps: the steps (batched over `num_envs` if given).
+    buffer: how the buffer stores them (layout, packed items).
+    num_envs: environments per step, or None.
+    chunk_length: the observer's chunk length (None: automatic).
+
+  Returns:
+    The seconds it took, flush included.
+  """
   return _write_all(observer_lib.TrajectoryObserver(
-      client, tables=[workload_lib.table_config(1)], data_spec=spec,
-      num_envs=num_envs, chunk_length=chunk_length), steps)
+      client, tables=[buffer.table(1)], data_spec=spec,
+      layout=buffer.step_layout(spec), num_envs=num_envs,
+      chunk_length=chunk_length), steps)
 
 
 def _write_reverb_floor(client: reverb.Client, spec, steps, *,
                         chunk_length=None) -> float:
   """Writes `steps` with Reverb's C++ writer calls alone; returns seconds.
 
-  The same chunks and items as our observer, created the same way (a chunk's
-  items once it is complete), from a minimal Python loop with no validation,
-  bookkeeping or back-pressure: the speed limit of Reverb's
+  The same chunks and items as our observer in the packed layout, created
+  the same way (a chunk's items once it is complete), from a minimal Python
+  loop with no validation, bookkeeping or back-pressure, appending rows
+  packed before the clock starts: the speed limit of Reverb's
   `TrajectoryWriter` on this machine.
   """
-  length = chunk_length or observer_lib.auto_chunk_length(spec)
+  layout = workload_lib.BUFFERS['sink'].step_layout(spec)
+  rows = [layout.columns(tree.flatten(step)) for step in steps]
+  length = chunk_length or observer_lib.auto_chunk_length(layout.step_spec)
   writer = reverb_internal.new_trajectory_writer(
       client, chunk_length=length,
       keep_alive=length + workload_lib.SEQUENCE_LENGTH)
   append, create_item = reverb_internal.raw_calls(writer)
-  squeeze = [False] * len(tree.flatten(spec))
+  squeeze = [False] * layout.num_columns
   start = time.perf_counter()
   try:
     previous, items, in_chunk = None, [], 0
-    for step in steps:
-      refs = append(tree.flatten(step))
+    for step, row in zip(steps, rows):
+      refs = append(row)
       in_chunk += 1
       if previous is not None:
         items.append([[a, b] for a, b in zip(previous, refs)])
@@ -96,21 +123,25 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
   """Steps/s of every writer, one value per repeat, in alternating order.
 
   Each repeat writes its share of the steps through every path: the stock
-  observer into the 'stock' server, ours into 'ours', and our batched
-  observer and the Reverb floor into 'sink'.
+  observer into the 'stock' server, ours into 'ours' (packed),
+  'ours_columns' and 'blocks', and our batched observer and the Reverb floor
+  into 'sink'.
 
   Args:
     workload: what to write.
     spec: the step spec.
-    servers: the servers by name: 'stock', 'ours' and 'sink'.
+    servers: the servers by `workload.BUFFERS` name.
 
   Returns:
-    {'stock', 'ours', 'ours_batched', 'reverb_floor': steps/s per repeat}.
+    {'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
+    'reverb_floor': steps/s per repeat}.
   """
   per_repeat = workload.steps_per_repeat
   chunk_length, num_envs = workload.chunk_length, workload.num_envs
   clients = {name: server.client for name, server in servers.items()}
-  inserts = {'stock': [], 'ours': [], 'ours_batched': [], 'reverb_floor': []}
+  buffers = workload_lib.BUFFERS
+  inserts = {'stock': [], 'ours': [], 'ours_columns': [], 'blocks': [],
+             'ours_batched': [], 'reverb_floor': []}
   started = time.monotonic()
   for repeat in range(workload.repeats):
     steps = workload_lib.make_steps(workload, repeat * per_repeat, per_repeat)
@@ -119,24 +150,24 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
     # (name, env-steps written, writer); 'sink' takes batched and floor writes.
     jobs = [
         ('stock', len(steps),
-         functools.partial(_write_stock, clients['stock'], steps)),
-        ('ours', len(steps),
-         functools.partial(_write_ours, clients['ours'], spec, steps,
-                           chunk_length=chunk_length)),
+         functools.partial(write_stock, clients['stock'], steps)),
         ('ours_batched', len(batched) * num_envs,
-         functools.partial(_write_ours, clients['sink'], spec, batched,
-                           num_envs=num_envs, chunk_length=chunk_length)),
+         functools.partial(write_ours, clients['sink'], spec, batched,
+                           buffer=buffers['sink'], num_envs=num_envs,
+                           chunk_length=chunk_length)),
         ('reverb_floor', len(steps),
          functools.partial(_write_reverb_floor, clients['sink'], spec, steps,
                            chunk_length=chunk_length)),
-    ]
+    ] + [(name, len(steps),
+          functools.partial(write_ours, clients[name], spec, steps,
+                            buffer=buffers[name], chunk_length=chunk_length))
+         for name in ('ours', 'ours_columns', 'blocks')]
     for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
       inserts[name].append(count / write())  # Alternating the order.
     elapsed = time.monotonic() - started
     logging.info(
-        'insert repeat %d/%d: stock %.0f, ours %.0f, batched %.0f, reverb '
-        'floor %.0f steps/s; ETA %.0f s', repeat + 1, workload.repeats,
-        inserts['stock'][-1], inserts['ours'][-1],
-        inserts['ours_batched'][-1], inserts['reverb_floor'][-1],
+        'insert repeat %d/%d: %s steps/s; ETA %.0f s', repeat + 1,
+        workload.repeats,
+        ', '.join(f'{n} {r[-1]:,.0f}' for n, r in inserts.items()),
         elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
   return inserts

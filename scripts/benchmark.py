@@ -7,6 +7,9 @@ section "Speed, and the benchmark" for what is measured.
 Usage:
   python scripts/benchmark.py                 # 1,000,000 steps (~10 min)
   python scripts/benchmark.py --steps=100000 --repeats=3
+  python scripts/benchmark.py --curve_sizes=100000,1000000,3000000
+  python scripts/benchmark.py --steps=20000 --repeats=2 \
+      --observation_shape=84,84,4 --observation_dtype=uint8
 """
 
 from absl import app
@@ -14,6 +17,7 @@ from absl import flags
 from absl import logging
 
 from smart_replay_benchmarks import benchmark_lib as benchmark
+from smart_replay_benchmarks import curve
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer('steps', 1_000_000, 'Steps written into each compared '
@@ -34,8 +38,14 @@ flags.DEFINE_integer('sample_batches', 200, 'Batches timed per sampling '
                      'repeat.', lower_bound=1)
 flags.DEFINE_integer('chunk_length', None, 'Our observer\'s chunk length '
                      '(default: automatic).', lower_bound=1)
-flags.DEFINE_string('output_dir', 'benchmark_results', 'Where benchmark.json '
-                    'and benchmark.png go.')
+flags.DEFINE_string('output_dir', 'benchmark_results', 'Where benchmark.json, '
+                    'benchmark.png and curve.png go.')
+flags.DEFINE_list('observation_shape', None, 'The observation\'s shape, e.g. '
+                  '84,84,4 (default: [observation_size]).')
+flags.DEFINE_enum('observation_dtype', 'float32', ['float32', 'uint8'],
+                  'The observation\'s dtype (uint8: image-like).')
+flags.DEFINE_list('curve_sizes', [], 'Buffer sizes in steps of the size '
+                  'curve, e.g. 100000,1000000,3000000 (default: no curve).')
 
 
 def main(argv):
@@ -47,16 +57,24 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
+  try:
+    shape = (tuple(int(d) for d in FLAGS.observation_shape)
+             if FLAGS.observation_shape else None)
+    curve_sizes = curve.sizes_flag(','.join(FLAGS.curve_sizes))
+  except ValueError as e:
+    raise app.UsageError(f'--observation_shape / --curve_sizes: {e}') from e
   workload = benchmark.Workload(
       steps=FLAGS.steps, repeats=FLAGS.repeats,
       observation_size=FLAGS.observation_size, observation=FLAGS.observation,
       episode_length=FLAGS.episode_length, num_envs=FLAGS.num_envs,
       batch_size=FLAGS.batch_size, sample_batches=FLAGS.sample_batches,
-      chunk_length=FLAGS.chunk_length)
-  results = benchmark.run(workload, FLAGS.output_dir)
+      chunk_length=FLAGS.chunk_length, observation_shape=shape,
+      observation_dtype=FLAGS.observation_dtype)
+  results = benchmark.run(workload, FLAGS.output_dir, curve_sizes)
   print(benchmark.format_table(results))
   print(f'\nwrote {FLAGS.output_dir}/benchmark.json and '
-        f'{FLAGS.output_dir}/benchmark.png')
+        f'{FLAGS.output_dir}/benchmark.png'
+        + (f' and {FLAGS.output_dir}/curve.png' if curve_sizes else ''))
 
 
 if __name__ == '__main__':

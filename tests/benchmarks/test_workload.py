@@ -13,6 +13,10 @@ pytestmark = pytest.mark.unit
     ('observation', 'images', r"observation must be 'smooth' or 'noise'"),
     ('episode_length', 1, r'episode_length must be >= 2'),
     ('num_envs', 10_000, r'must cover at least one episode per environment'),
+    ('observation_dtype', 'float16', r"observation_dtype must be one of "
+     r"\('float32', 'uint8'\), got 'float16'"),
+    ('observation_shape', (84, 0), r'observation_shape must be a tuple of '
+     r'integers >= 1, got \(84, 0\)'),
 ])
 def test_bad_workload_is_refused_with_the_field(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -42,3 +46,23 @@ def test_steps_are_deterministic_episodes_of_the_spec(observation):
   batched = workload_lib.make_steps(workload, 0, 4, num_envs=3)
   assert batched[0].observation.shape == (3, 3)
   assert batched[0].step_type.shape == (3,)
+
+
+def test_image_like_steps_are_uint8_of_the_shape():
+  workload = workload_lib.Workload(
+      steps=1000, repeats=1, episode_length=5, observation_shape=(6, 6, 4),
+      observation_dtype='uint8')
+  step = workload_lib.make_steps(workload, 0, 3)[2]
+  assert step.observation.dtype == np.uint8
+  assert step.observation.shape == (6, 6, 4)
+  assert len(np.unique(step.observation)) > 10  # Not saturated.
+  assert workload.describe_observation() == 'uint8[6, 6, 4] smooth'
+  assert workload_lib.raw_bytes_per_step(workload.spec) == 144 + 16 + 16
+
+
+def test_buffers_store_the_benchmark_table_in_their_layout():
+  spec = workload_lib.data_spec(3)
+  blocks = workload_lib.BUFFERS['blocks']
+  assert blocks.table(100).block_length == workload_lib.BLOCK_LENGTH
+  assert blocks.step_layout(spec).num_columns == 1
+  assert workload_lib.BUFFERS['stock'].step_layout(spec).num_columns == 6
