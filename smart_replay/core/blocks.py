@@ -183,35 +183,46 @@ class BlockWriter:
         self._counters.items[table] += 1
 
 
-def cut_windows(length: int, windows_per_item: int
+def cut_windows(length: int, windows_per_item: int, batch_size: int
                 ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
-  """A `tf.data` map from one sampled block to `windows_per_item` windows.
+  """A `tf.data` map from a batch of sampled blocks to a batch of windows.
 
-  Each window starts uniformly at random among the block's windows (its
-  priority), independently; its probability is the block's divided by that
-  count, which is the same for every stored window.
+  Each block gives `windows_per_item` windows, each starting uniformly at
+  random among the block's windows (its priority), independently; a
+  window's probability is its block's divided by that count, which is the
+  same for every stored window. The work is one gather per batch, so
+  sampling costs about what sampling whole blocks costs.
 
   Args:
     length: steps per window (the table's `sequence_length`).
     windows_per_item: windows cut from each block.
+    batch_size: windows per output batch (the input holds
+      `ceil(batch_size / windows_per_item)` blocks; extra windows are
+      dropped).
 
   Returns:
-    `fn(sample) -> sample` whose data is `[windows_per_item, length,
-    bytes]` and info `[windows_per_item]`; unbatch it.
+    `fn(sample) -> sample`: data `[blocks, 1, block_length, bytes]` to
+    `[batch_size, length, bytes]`, info `[blocks]` to `[batch_size]`.
   """
   def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
-    block = sample.data[0]  # [block_length, bytes]: the item's one step.
-    count = tf.cast(sample.info.priority, tf.int32)
-    starts = tf.random.uniform([windows_per_item], 0, count, tf.int32)
-    steps = starts[:, None] + tf.range(length)[None, :]
+    blocks = sample.data[:, 0]  # [blocks, block_length, bytes]
+    count = tf.cast(sample.info.priority, tf.int64)  # Windows per block.
+    # Uniform in [0, count): 62 random bits modulo count (bias < 2**-56).
+    bits = tf.random.uniform([tf.shape(count)[0], windows_per_item],
+                             maxval=2**62, dtype=tf.int64)
+    starts = tf.cast(bits % count[:, None], tf.int32)
+    steps = starts[..., None] + tf.range(length)  # [blocks, windows, length]
+    windows = tf.gather(blocks, steps, batch_dims=1)
+    rows = -1 if blocks.shape[0] is None else blocks.shape[0] * (
+        windows_per_item)  # Static when whole batches of blocks are taken.
+    data = tf.reshape(windows, [rows, length, blocks.shape[-1]])[:batch_size]
     info = sample.info._replace(probability=sample.info.probability /
                                 tf.cast(sample.info.priority, tf.float64))
     return reverb.ReplaySample(
         info=tf.nest.map_structure(
-            lambda t: tf.fill([windows_per_item], t), info),
-        data=tf.gather(block, steps))
+            lambda t: tf.repeat(t, windows_per_item)[:batch_size], info),
+        data=data)
   return cut
-
 
 
 def window_items(items: Sequence[Any], length: int) -> List[Any]:

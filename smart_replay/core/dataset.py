@@ -166,6 +166,11 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     raise ValueError(
         f'num_steps={num_steps!r}: episode items are sampled whole '
         f'({sequence_length} steps with padding); pass num_steps=None.')
+  if blocks is not None and num_steps != sequence_length:
+    raise ValueError(
+        f'num_steps={num_steps!r}: a table of packed items yields whole '
+        f'windows of {sequence_length} steps; pass num_steps=None or '
+        f'{sequence_length}.')
   if timeout_s is not None:
     checks.positive('timeout_s', timeout_s)
   stored_length = None if variable_length else sequence_length
@@ -227,14 +232,17 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                                  else int(timeout_s * 1000)))
     # Per-item work is what limits sampling speed, so fixed-length items go
     # straight into the batch; everything else happens once per batch.
-    if blocks is not None:
+    if blocks is not None:  # Enough blocks, then every window in one op.
+      dataset = dataset.batch(-(-batch_size // blocks[1]),
+                              drop_remainder=drop_remainder)
       dataset = dataset.map(blocks_lib.cut_windows(
-          sequence_length, blocks[1])).unbatch()
-    if variable_length:
+          sequence_length, blocks[1], batch_size))
+    elif variable_length:
       dataset = dataset.map(pad)
     elif pieces > 1:
       dataset = dataset.map(split).unbatch()
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if blocks is None:
+      dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(finish)
     if timeout_s is not None:
       dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
