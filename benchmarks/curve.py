@@ -82,7 +82,7 @@ def measure_curve(workload: workload_lib.Workload, spec: Any,
         growth = sum(s.rss() - start_rss[n] for n, s in servers.items())
         needed = growth / written * (size - written)
         free = psutil.virtual_memory().available
-        if needed > 0.8 * free:
+        if needed > 0.9 * free:
           reason = (f'{size:,} steps would need about {needed / 1e9:.1f} GB '
                     f'more server memory; {free / 1e9:.1f} GB is free')
           logging.warning('curve: skipping %s', reason)
