@@ -235,11 +235,16 @@ def plot_curve(results: Dict[str, Any], path: str) -> None:
   labels = {'stock': 'stock TF-Agents', 'ours': 'smart_replay, packed',
             'blocks': 'smart_replay, packed items (32 steps)'}
   figure, (speed, memory) = pyplot.subplots(1, 2, figsize=(11, 4.5))
-  for name in curve['sample']:
-    speed.plot(curve['sizes'], curve['sample'][name], marker='o',
-               label=labels.get(name, name))
-    memory.plot(curve['sizes'], curve['bytes_per_step'][name], marker='o',
+  for index, name in enumerate(curve['sample']):
+    below = index == len(curve['sample']) - 1  # Labels of the last: below.
+    for axes, values, unit in ((speed, curve['sample'][name], '/s'),
+                               (memory, curve['bytes_per_step'][name], ' B')):
+      axes.plot(curve['sizes'], values, marker='o',
                 label=labels.get(name, name))
+      for size, value in zip(curve['sizes'], values):
+        axes.annotate(f'{value:,.0f}{unit}', (size, value), fontsize='small',
+                      textcoords='offset points',
+                      xytext=(0, -13 if below else 6), ha='center')
   raw = results['raw_bytes_per_step']
   memory.axhline(raw, color='grey', linestyle='dashed',
                  label=f'raw data ({raw} B/step)')
@@ -250,15 +255,19 @@ def plot_curve(results: Dict[str, Any], path: str) -> None:
     axes.set_yscale('log')
     axes.set_xticks(curve['sizes'])
     axes.set_xticklabels([_steps(size) for size in curve['sizes']])
-    axes.minorticks_off()
+    axes.xaxis.set_minor_locator(pyplot.NullLocator())
+    axes.margins(x=0.12, y=0.12)
     axes.set_xlabel('buffer size, steps (log scale)')
     axes.set_ylabel(f'{ylabel} (log scale)')
     axes.grid(True, which='both', alpha=0.3)
-    axes.legend(fontsize='small')
   speed.set_title('Sampling speed against buffer size')
   memory.set_title('Server memory per step against buffer size')
   figure.suptitle(f"observation {_observation(results['workload'])}, "
                   f"{results['machine']['cpus']} CPUs")
-  figure.tight_layout()
+  # One legend for both panels, below them, so it hides no line.
+  handles, names = memory.get_legend_handles_labels()
+  figure.legend(handles, names, loc='lower center', ncol=len(names),
+                fontsize='small')
+  figure.tight_layout(rect=(0, 0.07, 1, 1))
   figure.savefig(path)
   pyplot.close(figure)
