@@ -22,7 +22,6 @@ import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
 from smart_replay.core import dataset as dataset_lib
-from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
 
 # pipeline: the buffer (`workload.BUFFERS` name) it reads.
@@ -118,7 +117,7 @@ def measure_sampling(workload: workload_lib.Workload, spec: Any,
   servers = {}
   try:
     for name, path in checkpoints.items():
-      servers[name] = servers_lib.make_server(
+      servers[name] = workload_lib.make_server(
           spec, capacity, f'{root}/{name}', fallback=path,
           buffer=workload_lib.BUFFERS[name])
     clients = {name: reverb.Client(f'localhost:{server.port}')

@@ -14,35 +14,11 @@ from typing import Any, Optional
 import reverb
 
 from smart_replay.core import local_server as server_lib
-from smart_replay.core import reverb_tables
 from smart_replay_benchmarks import extras
 from smart_replay_benchmarks import workload as workload_lib
 
 _START_TIMEOUT_S = 300.0
 _SAMPLE_TIMEOUT_S = 1800.0
-
-
-def make_server(spec: Any, capacity: int, root: str,
-                fallback: Optional[str] = None,
-                buffer: workload_lib.Buffer = workload_lib.Buffer()
-                ) -> reverb.Server:
-  """A Reverb server, in this process, with one benchmark table.
-
-  Args:
-    spec: the step spec.
-    capacity: the table's max_size (windows).
-    root: the checkpoint root (must not hold a checkpoint).
-    fallback: a checkpoint folder to restore, or None.
-    buffer: how the buffer stores the stream (layout, packed items).
-
-  Returns:
-    The started server (restored from `fallback` if given).
-  """
-  return reverb.Server(
-      [reverb_tables.make_table(buffer.table(capacity),
-                                buffer.step_layout(spec).step_spec)],
-      checkpointer=reverb.checkpointers.DefaultCheckpointer(
-          root, fallback_checkpoint_path=fallback))
 
 
 def _serve(connection, spec, capacity, root, fallback, buffer) -> None:
@@ -51,7 +27,7 @@ def _serve(connection, spec, capacity, root, fallback, buffer) -> None:
   os.environ['TZ'] = 'UTC'  # Checkpoint folder names sort by time.
   time.tzset()
   start = time.perf_counter()
-  server = make_server(spec, capacity, root, fallback, buffer)
+  server = workload_lib.make_server(spec, capacity, root, fallback, buffer)
   connection.send((server.port, time.perf_counter() - start))
   while True:
     request = connection.recv()
@@ -69,7 +45,8 @@ def _serve(connection, spec, capacity, root, fallback, buffer) -> None:
 class ServerProcess:
   """A Reverb server with one benchmark table, in its own process.
 
-  It is `make_server(spec, capacity, root, fallback, buffer)`, run in a
+  It is `workload.make_server(spec, capacity, root, fallback, buffer)`, run
+  in a
   spawned process until `close()`.
 
   Attributes:

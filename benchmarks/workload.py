@@ -5,18 +5,20 @@ Every compared path writes the same deterministic stream of TF-Agents
 action float32[4], reward, discount and step types) into a table of items of
 2 steps, stride 1. `BUFFERS` are the compared buffers: how each stores a step
 (`Buffer.layout`) and whether its items are blocks of steps
-(`Buffer.block_length`).
+(`Buffer.block_length`); `make_server` starts a server with the benchmark table.
 """
 
 import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import reverb
 import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
 from smart_replay.core import packing
+from smart_replay.core import reverb_tables
 from smart_replay.core import tables as tables_lib
 
 TABLE = 'replay'
@@ -246,3 +248,26 @@ BUFFERS: Dict[str, Buffer] = {
     'blocks': Buffer('packed', BLOCK_LENGTH),
     'sink': Buffer('packed'),            # Batched and Reverb-floor writes.
 }
+
+
+def make_server(spec: Any, capacity: int, root: str,
+                fallback: Optional[str] = None,
+                buffer: Buffer = Buffer()
+                ) -> reverb.Server:
+  """A Reverb server, in this process, with one benchmark table.
+
+  Args:
+    spec: the step spec.
+    capacity: the table's max_size (windows).
+    root: the checkpoint root (must not hold a checkpoint).
+    fallback: a checkpoint folder to restore, or None.
+    buffer: how the buffer stores the stream (layout, packed items).
+
+  Returns:
+    The started server (restored from `fallback` if given).
+  """
+  return reverb.Server(
+      [reverb_tables.make_table(buffer.table(capacity),
+                                buffer.step_layout(spec).step_spec)],
+      checkpointer=reverb.checkpointers.DefaultCheckpointer(
+          root, fallback_checkpoint_path=fallback))

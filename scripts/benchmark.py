@@ -8,8 +8,7 @@ Usage:
   python scripts/benchmark.py                 # 1,000,000 steps (~10 min)
   python scripts/benchmark.py --steps=100000 --repeats=3
   python scripts/benchmark.py --curve_sizes=100000,1000000,3000000
-  python scripts/benchmark.py --steps=20000 --repeats=2 \
-      --observation_shape=84,84,4 --observation_dtype=uint8
+  python scripts/benchmark.py --steps=20000 --repeats=2 --observation_shape=84,84,4 --observation_dtype=uint8
 """
 
 from absl import app
@@ -57,12 +56,15 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
+  shape = FLAGS.observation_shape
+  if shape and not all(d.isdigit() and int(d) > 0 for d in shape):
+    raise app.UsageError(f'--observation_shape={",".join(shape)}: expected '
+                         'positive integers, e.g. 84,84,4.')
+  shape = tuple(int(d) for d in shape) if shape else None
   try:
-    shape = (tuple(int(d) for d in FLAGS.observation_shape)
-             if FLAGS.observation_shape else None)
     curve_sizes = curve.sizes_flag(','.join(FLAGS.curve_sizes))
   except ValueError as e:
-    raise app.UsageError(f'--observation_shape / --curve_sizes: {e}') from e
+    raise app.UsageError(f'--curve_sizes: {e}') from e
   workload = benchmark.Workload(
       steps=FLAGS.steps, repeats=FLAGS.repeats,
       observation_size=FLAGS.observation_size, observation=FLAGS.observation,
