@@ -21,6 +21,7 @@ setuptools.setup(
         'smart-replay-train=smart_replay_scripts.train:run',
         'smart-replay-serve=smart_replay_scripts.serve:run',
         'smart-replay-inspect=smart_replay_scripts.inspect_buffer:run',
+        'smart-replay-import=smart_replay_scripts.import_buffer:run',
     ]},
     # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
     python_requires='>=3.9,<3.12',

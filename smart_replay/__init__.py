@@ -21,6 +21,7 @@ from smart_replay.errors import BufferInUseError
 from smart_replay.errors import CheckpointCorruptError
 from smart_replay.errors import CheckpointExistsError
 from smart_replay.errors import CheckpointNotFoundError
+from smart_replay.errors import ForeignCheckpointError
 from smart_replay.errors import CheckpointWriteError
 from smart_replay.errors import ManagerStateError
 from smart_replay.errors import ManifestMismatchError
@@ -44,6 +45,7 @@ __all__ = [
     'CheckpointCorruptError',
     'CheckpointExistsError',
     'CheckpointNotFoundError',
+    'ForeignCheckpointError',
     'CheckpointWriteError',
     'ManagerStateError',
     'ManifestMismatchError',

@@ -153,3 +153,18 @@ def rate_limiter_allows(limiter: Any, *, size: int) -> Tuple[bool, bool]:
   can_insert = (size + 1 <= limiter.min_size_to_sample or
                 (inserts + 1) * spi - samples <= limiter.max_diff)
   return bool(can_insert), bool(can_sample)
+
+
+def stored_signature(table: Any) -> Any:
+  """The signature a checkpoint's table records, as Reverb decodes it.
+
+  Args:
+    table: a `checkpoint_pb2.PriorityTableCheckpoint`.
+
+  Returns:
+    A nest of `tf.TensorSpec`, or None for a table without a signature.
+  """
+  from tensorflow.python.saved_model import nested_structure_coder  # pylint: disable=g-import-not-at-top
+  if not table.HasField('signature'):
+    return None
+  return nested_structure_coder.decode_proto(table.signature)

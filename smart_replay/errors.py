@@ -18,6 +18,11 @@ class CheckpointNotFoundError(SmartReplayError, FileNotFoundError):
   """No complete checkpoint was found where one was expected."""
 
 
+class ForeignCheckpointError(CheckpointNotFoundError):
+  """The checkpoint was written by plain Reverb, not smart_replay: import it
+  (`tools.takeover.import_reverb_checkpoint`, `smart-replay-import`)."""
+
+
 class CheckpointCorruptError(SmartReplayError, IOError):
   """A checkpoint is incomplete, damaged, or does not restore what it claims."""
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from absl import logging
 
 from smart_replay.checkpointing import files as checkpoint_files
+from smart_replay.checkpointing import foreign
 from smart_replay.checkpointing import durable
 from smart_replay import errors
 from smart_replay.checkpointing import manifest as manifest_lib
@@ -122,6 +123,8 @@ def find_checkpoints(source: str) -> List[str]:
   Raises:
     CheckpointNotFoundError: if `source` does not exist or holds no checkpoint;
       the message names the path and what was looked for.
+    ForeignCheckpointError: if it holds plain Reverb checkpoints instead
+      (names the import call).
   """
   source = os.path.abspath(source)
   if not os.path.isdir(source):
@@ -131,6 +134,8 @@ def find_checkpoints(source: str) -> List[str]:
         'folder.')
   if (os.path.isfile(os.path.join(source, manifest_lib.MANIFEST_NAME)) or
       checkpoint_files.is_reverb_checkpoint(source)):
+    if foreign.folder_time(os.path.basename(source)) is not None:
+      foreign.refuse_foreign(source)  # Plain Reverb's, named by its time.
     return [source]
   folder = os.path.join(source, CHECKPOINTS_DIR)
   found = []
@@ -140,6 +145,7 @@ def find_checkpoints(source: str) -> List[str]:
              for num, n in sorted((x for x in numbered if x[0] is not None),
                                   reverse=True)]
   if not found:
+    foreign.refuse_foreign(source)
     raise errors.CheckpointNotFoundError(
         f'no checkpoint to load in {source}: expected {CHECKPOINTS_DIR}/'
         'ckpt-NNNNNN folders written by ReplayBufferManager.checkpoint() (or '

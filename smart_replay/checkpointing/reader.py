@@ -121,9 +121,11 @@ class CheckpointReader:
           f'{path} is not a complete Reverb checkpoint: missing {missing}.')
     self.path = path
     try:
-      self._table_names = [
-          table.table_name for table in checkpoint_files.records(
-              path, 'tables.tfrecord', reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)]
+      self._table_protos = {
+          table.table_name: table for table in checkpoint_files.records(
+              path, 'tables.tfrecord',
+              reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)}
+      self._table_names = list(self._table_protos)
       self._chunks = {chunk.chunk_key: chunk for chunk in
                       checkpoint_files.records(path, 'chunks.tfrecord',
                                                reverb_internal.schema_pb2.ChunkData)}
@@ -142,6 +144,16 @@ class CheckpointReader:
     """Returns `{table: number of items}` for every table, empty ones too."""
     counts = collections.Counter(item.table for item in self._items)
     return {name: counts.get(name, 0) for name in self._table_names}
+
+  def stored_table(self, table: str) -> Any:
+    """The checkpoint's record of `table` (`PriorityTableCheckpoint`: its
+    `max_size`, sampler, rate limiter, `signature`, ...).
+
+    Raises:
+      ValueError: if `table` is not in the checkpoint.
+    """
+    self._check_table(table)
+    return self._table_protos[table]
 
   def priorities(self, table: str) -> List[float]:
     """Returns the priorities of `table`'s items (nothing is decoded).
