@@ -38,7 +38,9 @@ class ImportResult(NamedTuple):
     source: the plain Reverb checkpoint read.
     table: the table read from it.
     items: items imported (every item of that table).
-    steps: distinct steps those items hold.
+    steps: distinct stored steps those items reference, each written once
+      (TF-Agents' observer stores the step at an episode boundary in both
+      episodes, so this can exceed the environment steps: 351 for 300).
     sequence_length: steps per item.
   """
   checkpoint: str
