@@ -37,6 +37,7 @@ setuptools.setup(
         'numpy<2',
         'tqdm',
         'cramjam',  # snappy: reading the chunks of Reverb checkpoint files
+        'gymnasium==1.3.0',  # 'gymnasium:<id>' environments (apps/envs)
     ],
     extras_require={
         'plots': ['matplotlib'],  # smart-replay-inspect --plot

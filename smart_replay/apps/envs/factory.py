@@ -1,12 +1,14 @@
-"""Building environments by name: 'thermal' or 'gym:<id>'."""
+"""Building environments by name: 'thermal', 'gymnasium:<id>' or 'gym:<id>'."""
 
 import gin
 from tf_agents.environments import py_environment
 
+from smart_replay.apps.envs import gymnasium_env
 from smart_replay.apps.envs import thermal
 
 THERMAL = 'thermal'
 GYM_PREFIX = 'gym:'
+GYMNASIUM_PREFIX = 'gymnasium:'
 
 
 @gin.configurable
@@ -15,9 +17,11 @@ def make_environment(name: str = THERMAL, *, seed: int = 0
   """Creates the environment a buffer is populated from.
 
   Args:
-    name: 'thermal' for the embedded `ThermalZoneEnv`, or 'gym:<id>' for a
-      Gym environment loaded with `tf_agents.environments.suite_gym` (e.g.
-      'gym:CartPole-v1').
+    name: 'thermal' for the embedded `ThermalZoneEnv`, 'gymnasium:<id>' for
+      a Gymnasium environment (`gymnasium_env.GymnasiumEnv`: terminated
+      steps get discount 0, truncated ones 1; e.g. 'gymnasium:CartPole-v1'),
+      or 'gym:<id>' for a (legacy) Gym environment loaded with
+      `tf_agents.environments.suite_gym`.
     seed: environment seed.
 
   Returns:
@@ -29,6 +33,8 @@ def make_environment(name: str = THERMAL, *, seed: int = 0
   """
   if name == THERMAL:
     return thermal.ThermalZoneEnv(seed=seed)
+  if isinstance(name, str) and name.startswith(GYMNASIUM_PREFIX):
+    return gymnasium_env.GymnasiumEnv(name[len(GYMNASIUM_PREFIX):], seed=seed)
   if isinstance(name, str) and name.startswith(GYM_PREFIX):
     gym_id = name[len(GYM_PREFIX):]
     import gym  # pylint: disable=g-import-not-at-top
@@ -41,5 +47,6 @@ def make_environment(name: str = THERMAL, *, seed: int = 0
     env = suite_gym.load(gym_id)
     env.seed(seed)
     return env
-  raise ValueError(f'unknown env {name!r}; expected {THERMAL!r} or '
-                   f"'{GYM_PREFIX}<id>' (e.g. 'gym:CartPole-v1').")
+  raise ValueError(f'unknown env {name!r}; expected {THERMAL!r}, '
+                   f"'{GYMNASIUM_PREFIX}<id>' (e.g. 'gymnasium:CartPole-v1') or "
+                   f"'{GYM_PREFIX}<id>'.")

@@ -13,8 +13,10 @@ def test_thermal_and_gym():
 
 
 @pytest.mark.parametrize('name, match', [
-    ('foo', "unknown env 'foo'; expected 'thermal' or 'gym:<id>'"),
+    ('foo', "unknown env 'foo'; expected 'thermal', 'gymnasium:<id>'"),
     ('gym:NoSuchEnv-v0', "unknown Gym environment id 'NoSuchEnv-v0'"),
+    ('gymnasium:NoSuchEnv-v0',
+     "unknown Gymnasium environment id 'NoSuchEnv-v0'"),
 ])
 def test_unknown_environments_are_named(name, match):
   with pytest.raises(ValueError, match=match):
