@@ -53,7 +53,7 @@ demo: $(STAMP)
 # Train DQN on CartPole from a random-policy starter buffer, then show the
 # greedy return (about a minute on 2 cores).
 demo-train: $(STAMP)
-	$(VENV)/bin/smart-replay-populate --buffer_name=cartpole --env=gym:CartPole-v1 \
+	$(VENV)/bin/smart-replay-populate --buffer_name=cartpole --env=gymnasium:CartPole-v1 \
 	  --policy=random --steps_per_run=500 --num_runs=4 --output_dir=demo_output --overwrite --quiet
 	$(VENV)/bin/smart-replay-train --starter_dir=demo_output/cartpole_seq2_2000steps \
 	  --run_dir=demo_output/dqn_run --gin_file=configs/train_dqn_cartpole.gin --overwrite

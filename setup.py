@@ -38,6 +38,9 @@ setuptools.setup(
         'tqdm',
         'cramjam',  # snappy: reading the chunks of Reverb checkpoint files
         'gymnasium==1.3.0',  # 'gymnasium:<id>' environments (apps/envs)
+        # tf-agents imports gym 0.23 (suite_gym) on every run; these notices
+        # leave out the "Gym has been unmaintained" banner it would print.
+        'gym-notices==0.0.8',
     ],
     extras_require={
         'plots': ['matplotlib'],  # smart-replay-inspect --plot

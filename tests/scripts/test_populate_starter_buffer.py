@@ -186,7 +186,7 @@ def test_gin_files_for_each_environment(tmp_path):
   assert cartpole.returncode == 0, cartpole.stderr[-3000:]
   record = json.loads(
       (tmp_path / 'c_seq2_100steps' / 'provenance.json').read_text())
-  assert record['env'] == 'gym:CartPole-v1'
+  assert record['env'] == 'gymnasium:CartPole-v1'
   assert record['policy_class'] == 'CartPoleBalancePolicy'
 
 

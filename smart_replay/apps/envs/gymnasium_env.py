@@ -67,6 +67,12 @@ class GymnasiumEnv(py_environment.PyEnvironment):
     self._observation_spec = _spec(self._env.observation_space, 'observation')
     self._action_spec = _spec(self._env.action_space, 'action')
 
+  @property
+  def gym(self) -> Any:
+    """The wrapped Gymnasium environment (named like suite_gym's wrapper,
+    so policies find its `spec.id`)."""
+    return self._env
+
   def observation_spec(self) -> array_spec.BoundedArraySpec:
     """The observation space as a bounded array spec."""
     return self._observation_spec
