@@ -44,6 +44,10 @@ setuptools.setup(
     ],
     extras_require={
         'plots': ['matplotlib'],  # smart-replay-inspect --plot
+        # Real RLDS/TFDS datasets (tools/rlds_io); tensorflow-metadata pinned:
+        # newer ones need protobuf 5, which TF 2.15 does not take.
+        'rlds': ['rlds==0.1.8', 'tensorflow-datasets==4.9.4',
+                 'tensorflow-metadata==1.16.1'],
         'bench': ['matplotlib', 'psutil'],  # benchmarks/: charts, server memory
         'test': ['pytest>=7', 'matplotlib', 'psutil'],
     },

@@ -1,0 +1,238 @@
+"""Real RLDS/TFDS datasets in and out, through `rlds` and `tensorflow-datasets`.
+
+`write_rlds(source, output_dir)` writes the episodes of a buffer's newest
+checkpoint with `rlds`' `EpisodeWriter`: a TFDS dataset that
+`tfds.builder_from_directory(output_dir).as_dataset(split='train')` opens,
+each episode a nested `steps` dataset of `observation`, `action`, `reward`,
+`discount`, `is_first`, `is_last`, `is_terminal` and the policy's
+`policy_info`. `import_rlds(dataset_dir, checkpoint_dir)` turns any RLDS
+episode dataset into a starter buffer, converting steps with TF-Agents'
+`rlds_to_reverb` (the same step semantics in both directions).
+
+Needs the `rlds` extra (`pip install 'smart_replay[rlds]'`).
+"""
+
+import os
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+from absl import logging
+import numpy as np
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory as trajectory_lib
+import tree
+
+from smart_replay import errors
+from smart_replay import manager as manager_lib
+from smart_replay.tools import export
+
+_PROGRESS_EVERY_S = 10.0
+
+
+def _libraries():
+  """`(tfds, rlds, episode_writer, rlds_base, rlds_to_reverb)`, or an
+  install hint."""
+  try:
+    import rlds  # pylint: disable=g-import-not-at-top
+    from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from tensorflow_datasets.rlds import rlds_base  # pylint: disable=g-import-not-at-top
+    from tf_agents.replay_buffers import rlds_to_reverb  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise errors.MissingExtraError(
+        f'RLDS datasets need the rlds extra ({e.name} is missing): pip '
+        "install 'smart_replay[rlds]' (make install does).") from e
+  return tfds, rlds, episode_writer, rlds_base, rlds_to_reverb
+
+
+def _feature(spec: Any, tfds: Any) -> Any:
+  """The TFDS feature of a spec nest (dicts of tensors allowed)."""
+  if isinstance(spec, dict):
+    return tfds.features.FeaturesDict(
+        {k: _feature(v, tfds) for k, v in spec.items()})
+  return tfds.features.Tensor(shape=tuple(spec.shape),
+                              dtype=np.dtype(spec.dtype.as_numpy_dtype))
+
+
+class RldsResult(NamedTuple):
+  """What `write_rlds` wrote.
+
+  Attributes:
+    path: the dataset directory.
+    checkpoint: the checkpoint read.
+    episodes: episodes written (runs of stored steps of one episode).
+    steps: steps written.
+  """
+  path: str
+  checkpoint: str
+  episodes: int
+  steps: int
+
+
+def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
+               overwrite: bool = False) -> RldsResult:
+  """Writes a buffer's newest checkpoint as an RLDS dataset (TFDS format).
+
+  Args:
+    source: a buffer directory or one `ckpt-N` folder.
+    output_dir: the dataset directory to write.
+    table: the sequence table whose items define the stored steps; default
+      the first one.
+    overwrite: replace an existing `output_dir`.
+
+  Returns:
+    An `RldsResult`.
+
+  Raises:
+    MissingExtraError: if rlds / tensorflow-datasets are not installed.
+    FileExistsError: if `output_dir` exists and `overwrite` is False.
+    CheckpointNotFoundError, CheckpointCorruptError, ValueError: as
+      `export.export_rlds`.
+  """
+  tfds, _, episode_writer, rlds_base, _ = _libraries()
+  path, _, data_spec, table, reader = export._open(source, table)  # pylint: disable=protected-access
+  export._prepare(output_dir, overwrite, is_file=False)  # pylint: disable=protected-access
+  os.makedirs(output_dir, exist_ok=True)
+  policy_info = data_spec.policy_info
+  config = rlds_base.DatasetConfig(
+      name='smart_replay',
+      observation_info=_feature(data_spec.observation, tfds),
+      action_info=_feature(data_spec.action, tfds),
+      reward_info=_feature(data_spec.reward, tfds),
+      discount_info=_feature(data_spec.discount, tfds),
+      step_metadata_info=({'policy_info': _feature(policy_info, tfds)}
+                          if tree.flatten(policy_info) else None))
+  writer = episode_writer.EpisodeWriter(data_directory=output_dir,
+                                        ds_config=config)
+  episodes = steps = 0
+  for piece in reader.pieces(table):
+    fields = export._steps(data_spec, piece)  # pylint: disable=protected-access
+    trajectory = tree.unflatten_as(data_spec, piece.columns)
+    rlds_steps = []
+    for i in range(piece.num_steps):
+      step = {'observation': tree.map_structure(lambda a: a[i],
+                                                trajectory.observation),
+              'action': tree.map_structure(lambda a: a[i], trajectory.action),
+              'reward': trajectory.reward[i],
+              'discount': trajectory.discount[i],
+              'is_first': bool(fields['is_first'][i]),
+              'is_last': bool(fields['is_last'][i]),
+              'is_terminal': bool(fields['is_terminal'][i])}
+      if tree.flatten(policy_info):
+        step['policy_info'] = tree.map_structure(lambda a: a[i],
+                                                 trajectory.policy_info)
+      rlds_steps.append(step)
+    writer.add_episode({'steps': rlds_steps})
+    episodes += 1
+    steps += piece.num_steps
+  writer.close()
+  return RldsResult(os.path.abspath(output_dir), path, episodes, steps)
+
+
+def _trajectories(steps: list, with_info: bool) -> list:
+  """TF-Agents trajectories of one RLDS episode's steps (numpy)."""
+  def kind(step):
+    return (ts.StepType.FIRST if step['is_first'] else
+            ts.StepType.LAST if step['is_last'] else ts.StepType.MID)
+  out = []
+  for i, step in enumerate(steps):
+    step_type = kind(step)
+    # After the episode's last step comes the next episode's first.
+    next_type = kind(steps[i + 1]) if i + 1 < len(steps) else (
+        ts.StepType.FIRST)
+    if step_type == ts.StepType.FIRST and next_type == ts.StepType.FIRST:
+      step_type = next_type = ts.StepType.LAST  # A one-step episode.
+    # No value after a terminal state: the last step itself (as TF-Agents'
+    # converter does) and the transition into it (TF-Agents reads a
+    # window's discount from its first step) get discount 0.
+    def terminal(j):
+      return j < len(steps) and bool(steps[j]['is_last']) and bool(
+          steps[j]['is_terminal'])
+    discount = np.asarray(step['discount'])
+    out.append(trajectory_lib.Trajectory(
+        step_type=np.int32(step_type), observation=step['observation'],
+        action=step['action'],
+        policy_info=step['policy_info'] if with_info else (),
+        next_step_type=np.int32(next_type), reward=step['reward'],
+        discount=(np.zeros_like(discount) if terminal(i) or terminal(i + 1)
+                  else discount)))
+  return out
+
+
+def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
+                sequence_length: int = 2, capacity: Optional[int] = None,
+                overwrite: bool = False,
+                stop_requested: Optional[Callable[[], bool]] = None) -> str:
+  """Turns any RLDS episode dataset (TFDS format) into a starter buffer.
+
+  Steps become TF-Agents trajectories as `rlds_to_reverb` converts them
+  (the spec comes from its
+  `create_trajectory_data_spec`), done here per episode because TF-Agents
+  0.19's converter mishandles nested (dict) observations; a step field named
+  `policy_info` becomes the trajectories' `policy_info`. A terminal last
+  step, and the transition into it, get discount 0 whatever the dataset
+  recorded there; a last step that is not terminal (a truncation) keeps its
+  discount.
+
+  Args:
+    dataset_dir: a TFDS dataset directory of RLDS episodes (e.g. written by
+      `rlds.tfds.EpisodeWriter` or `write_rlds`); its 'train' split is read.
+    checkpoint_dir: the buffer directory to write.
+    sequence_length: steps per item of the new buffer.
+    capacity: its capacity; default the number of steps.
+    overwrite: replace checkpoints already in `checkpoint_dir`.
+    stop_requested: polled between episodes; True stops the import
+      (KeyboardInterrupt) before any checkpoint is written.
+
+  Returns:
+    The checkpoint written.
+
+  Raises:
+    MissingExtraError: if rlds / tensorflow-datasets are not installed.
+    ValueError: if `dataset_dir` is not an RLDS dataset (names what is
+      missing).
+    CheckpointExistsError: if `checkpoint_dir` holds checkpoints and
+      `overwrite` is False.
+  """
+  tfds, rlds, _, _, rlds_to_reverb = _libraries()
+  try:
+    episodes = tfds.builder_from_directory(dataset_dir).as_dataset(
+        split='train')
+  except Exception as e:  # TFDS raises many types for a bad directory.
+    raise ValueError(f'{dataset_dir} is not a TFDS dataset directory with a '
+                     f"'train' split: {e}") from e
+  step_spec = episodes.element_spec[rlds.STEPS].element_spec
+  missing = sorted(set(rlds_to_reverb.get_rlds_step_features()) -
+                   set(step_spec))
+  if missing:
+    raise ValueError(f'{dataset_dir} is not an RLDS episode dataset: its steps '
+                     f'lack {missing} (they hold {sorted(step_spec)}).')
+  with_info = 'policy_info' in step_spec
+  data_spec = rlds_to_reverb.create_trajectory_data_spec(episodes)
+  if with_info:
+    data_spec = data_spec._replace(policy_info=step_spec['policy_info'])
+  total = int(episodes.flat_map(lambda e: e[rlds.STEPS]).reduce(
+      0, lambda count, _: count + 1))
+  manager = manager_lib.ReplayBufferManager(
+      data_spec, capacity=capacity or max(total, 1),
+      checkpoint_dir=checkpoint_dir, sequence_length=sequence_length)
+  stop_requested = stop_requested or (lambda: False)
+  with manager:
+    manager.check_prefill(max(total, 1))
+    _, observer = manager.create_replay_buffer(overwrite=overwrite)
+    began = last_log = time.monotonic()
+    index = 0
+    for episode in episodes:
+      if stop_requested():
+        raise KeyboardInterrupt(f'import stopped after {index} steps')
+      for trajectory in _trajectories(
+          list(episode[rlds.STEPS].as_numpy_iterator()), with_info):
+        observer(trajectory)
+        index += 1
+      now = time.monotonic()
+      if now - last_log >= _PROGRESS_EVERY_S:
+        last_log, rate = now, (index + 1) / (now - began)
+        logging.info('import: %d/%d steps, %.0f steps/s, ETA %.0f s',
+                     index + 1, total, rate, (total - index - 1) / rate)
+    return manager.checkpoint(extra={'imported_from': os.path.abspath(
+        dataset_dir), 'imported_steps': total})

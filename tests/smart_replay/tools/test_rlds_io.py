@@ -1,0 +1,95 @@
+"""Real RLDS/TFDS: our export opens with TFDS and RLDS tools; any RLDS imports."""
+
+import numpy as np
+import pytest
+
+import tree
+
+import smart_replay
+from smart_replay.checkpointing import reader as checkpoint_reader
+from tests import testing
+
+rlds = pytest.importorskip('rlds')
+tfds = pytest.importorskip('tensorflow_datasets')
+from rlds.tfds import episode_writer  # pylint: disable=g-import-not-at-top,g-bad-import-order
+from tensorflow_datasets.rlds import rlds_base  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+from smart_replay.tools import rlds_io  # pylint: disable=g-import-not-at-top,g-bad-import-order
+
+
+def _buffer(tmp_path, data_spec, steps=100):
+  with smart_replay.ReplayBufferManager(
+      data_spec, capacity=500, checkpoint_dir=str(tmp_path / 'b')) as manager:
+    _, observer = manager.create_replay_buffer()
+    testing.run_actor(observer, steps)
+    path = manager.checkpoint()
+  # What the buffer stores: the steps of its items.
+  pieces = checkpoint_reader.CheckpointReader(path).pieces('experience')
+  rewards = [tree.unflatten_as(data_spec, p.columns).reward for p in pieces]
+  return str(tmp_path / 'b'), float(np.sum(np.concatenate(rewards)))
+
+
+def test_our_export_opens_with_tfds_and_rlds_transformations(tmp_path,
+                                                             data_spec):
+  buffer_dir, stored = _buffer(tmp_path, data_spec)
+  result = rlds_io.write_rlds(buffer_dir, str(tmp_path / 'rlds'))
+  episodes = tfds.builder_from_directory(str(tmp_path / 'rlds')).as_dataset(
+      split='train')
+  steps = episodes.flat_map(lambda episode: episode[rlds.STEPS])
+  assert set(steps.element_spec) >= {
+      'observation', 'action', 'reward', 'discount', 'is_first', 'is_last',
+      'is_terminal', 'policy_info'}
+  assert len(list(episodes)) == result.episodes
+  total_reward = rlds.transformations.sum_nested_steps(
+      episodes, lambda step: step['reward'])
+  assert float(total_reward) == pytest.approx(stored, rel=1e-5)
+  lengths = [int(rlds.transformations.episode_length(e[rlds.STEPS]))
+             for e in episodes]
+  assert sum(lengths) == result.steps
+
+
+def _foreign_dataset(path):
+  """An RLDS dataset written with rlds' own EpisodeWriter, not by us: a
+  pole that falls (terminal) or is cut at 6 steps (truncated)."""
+  path.mkdir()
+  config = rlds_base.DatasetConfig(
+      name='cartpole_like',
+      observation_info=tfds.features.Tensor(shape=(4,), dtype=np.float32),
+      action_info=tfds.features.Tensor(shape=(), dtype=np.int64),
+      reward_info=np.float32, discount_info=np.float32)
+  writer = episode_writer.EpisodeWriter(data_directory=str(path),
+                                        ds_config=config)
+  rng = np.random.default_rng(0)
+  for episode in range(10):
+    length, terminal = (4, True) if episode % 2 else (6, False)
+    writer.add_episode({'steps': [
+        {'observation': rng.normal(size=4).astype(np.float32),
+         'action': np.int64(t % 2), 'reward': np.float32(1.0),
+         'discount': np.float32(1.0), 'is_first': t == 0,
+         'is_last': t == length - 1,
+         'is_terminal': terminal and t == length - 1}
+        for t in range(length)]})
+  writer.close()
+  return 5 * 4 + 5 * 6
+
+
+def test_an_rlds_dataset_written_elsewhere_becomes_a_starter_buffer(tmp_path):
+  total = _foreign_dataset(tmp_path / 'rlds')
+  path = rlds_io.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'buffer'))
+  assert path.endswith('ckpt-000001')
+  with smart_replay.ReplayBufferManager.from_checkpoint(
+      str(tmp_path / 'buffer')) as manager:
+    manager.load_replay_buffer()
+    # Windows of 2 steps inside each of the 10 episodes.
+    assert manager.num_frames() == total - 10
+    assert manager.loaded_manifest['extra']['imported_steps'] == total
+    batches = [t for t, _ in manager.epoch(batch_size=64)]
+  next_type = np.concatenate([b.next_step_type[:, 0] for b in batches])
+  discount = np.concatenate([b.discount[:, 0] for b in batches])
+  # Into a terminal last step: discount 0 (5 falls); a truncation keeps 1.
+  assert sorted(discount[next_type == 2].tolist()) == [0.0] * 5 + [1.0] * 5
+
+
+def test_a_directory_that_is_not_rlds_is_named(tmp_path):
+  with pytest.raises(ValueError, match='is not a TFDS dataset directory'):
+    rlds_io.import_rlds(str(tmp_path), str(tmp_path / 'b'))
