@@ -8,6 +8,7 @@ import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 from tf_agents.replay_buffers import reverb_utils
+from tf_agents.specs import tensor_spec
 
 import smart_replay
 from smart_replay.checkpointing import foreign
@@ -18,7 +19,8 @@ from tests import testing
 TABLE = 'uniform_table'  # The original tool's table.
 
 
-def _original_buffer(root, data_spec, steps=120, sequence_length=2):
+def _original_buffer(root, data_spec, steps=120, sequence_length=2,
+                     signature=False):
   """A buffer written with the original tool's calls; returns its items.
 
   A plain `reverb.Table` without a signature, a `DefaultCheckpointer` on
@@ -28,7 +30,9 @@ def _original_buffer(root, data_spec, steps=120, sequence_length=2):
   table = reverb.Table(
       TABLE, max_size=50_000, sampler=reverb.selectors.Uniform(),
       remover=reverb.selectors.Fifo(),
-      rate_limiter=reverb.rate_limiters.MinSize(1))
+      rate_limiter=reverb.rate_limiters.MinSize(1),
+      signature=tensor_spec.add_outer_dim(data_spec, sequence_length)
+      if signature else None)
   server = reverb.Server(
       [table], checkpointer=reverb.checkpointers.DefaultCheckpointer(
           path=str(root)))
@@ -100,6 +104,21 @@ def test_a_spec_that_is_not_stored_is_named_field_by_field(tmp_path,
   with pytest.raises(ValueError, match='is a smart_replay buffer'):
     takeover.import_reverb_checkpoint(str(tmp_path / 'x'),
                                       str(tmp_path / 'y'), data_spec=data_spec)
+
+
+def test_a_table_with_a_signature_is_checked_against_it(tmp_path, data_spec):
+  _, stored = _original_buffer(tmp_path / 'original', data_spec, steps=30,
+                               signature=True)
+  other = data_spec._replace(discount=tf.TensorSpec([], tf.float64,
+                                                    'discount'))
+  with pytest.raises(smart_replay.errors.TrajectorySpecError,
+                     match=r"field 'discount': stored float32\[\], data_spec "
+                     r'float64\[\]'):
+    takeover.import_reverb_checkpoint(str(tmp_path / 'original'),
+                                      str(tmp_path / 'bad'), data_spec=other)
+  result = takeover.import_reverb_checkpoint(
+      str(tmp_path / 'original'), str(tmp_path / 'ours'), data_spec=data_spec)
+  assert result.items == len(stored)
 
 
 @pytest.mark.unit
