@@ -6,7 +6,7 @@ Examples:
   smart-replay-inspect starter_buffers/office_seq2_2880steps --plot office.png
   smart-replay-inspect buffer-host:8000          # a running smart-replay-serve
   smart-replay-inspect BUFFER --export_rlds=out/rlds     # or --export_npz=t.npz
-  smart-replay-inspect out/rlds --import_to=buffers/copy # an exported data set
+  smart-replay-inspect out/rlds --import_to=buffers/copy # any RLDS dataset
 
 Exit codes: 0 done; 2 no such buffer, a damaged checkpoint, an unreachable
 server, or bad flags (the message says which).
@@ -23,6 +23,7 @@ from smart_replay.apps import cli
 from smart_replay.tools import export
 from smart_replay.tools import inspection
 from smart_replay.tools import plots
+from smart_replay.tools import rlds_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('json', False, 'Print JSON instead of text.')
@@ -30,22 +31,24 @@ flags.DEFINE_string('plot', None, 'Write the figures to this PNG file '
                     '(buffer directories and checkpoints only).')
 flags.DEFINE_string('table', None, 'Table for --plot / --export_*; default '
                     'the first sequence table.')
-flags.DEFINE_string('export_rlds', None, 'Write an RLDS-style data set here.')
+flags.DEFINE_string('export_rlds', None, 'Write an RLDS dataset (TFDS format) '
+                    'here.')
 flags.DEFINE_string('export_npz', None, 'Write flat transitions to this .npz.')
-flags.DEFINE_string('import_to', None, 'TARGET is an exported RLDS data set: '
-                    'write it into a new starter buffer here.')
+flags.DEFINE_string('import_to', None, 'TARGET is an RLDS dataset (TFDS '
+                    'format, ours or any other): write it into a new starter '
+                    'buffer here.')
 flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
 flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
                    lower_bound=0.1)
 
 
-def _work(target):
+def _work(target, stop):
   if FLAGS.import_to:
     if FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz or FLAGS.json:
       raise ValueError('--import_to takes an exported data set; inspect, '
                        'plot or export the new buffer in a second call.')
-    path = export.import_rlds(target, FLAGS.import_to,
-                              overwrite=FLAGS.overwrite)
+    path = rlds_io.import_rlds(target, FLAGS.import_to,
+                               overwrite=FLAGS.overwrite, stop_requested=stop)
     print(f'Imported {target} into {path}')
     return
   description = inspection.describe(target, timeout_s=FLAGS.timeout_s)
@@ -59,7 +62,7 @@ def _work(target):
   if FLAGS.plot:
     titles = plots.plot_buffer(target, FLAGS.plot, table=FLAGS.table)
     print(f'Wrote {FLAGS.plot}: ' + '; '.join(titles), file=sys.stderr)
-  for writer, out in ((export.export_rlds, FLAGS.export_rlds),
+  for writer, out in ((rlds_io.write_rlds, FLAGS.export_rlds),
                       (export.export_npz, FLAGS.export_npz)):
     if out:
       result = writer(target, out, table=FLAGS.table,
@@ -84,7 +87,7 @@ def main(argv):
   if len(argv) != 2:
     raise app.UsageError('give one buffer directory, checkpoint folder, '
                          f'data set or host:port; got {argv[1:]}')
-  _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1]),
+  _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1], stop),
                                       quit_message='Interrupted.',
                                       flag_names=('overwrite', 'table'))
   return exit_code or 0

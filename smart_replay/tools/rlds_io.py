@@ -12,9 +12,10 @@ episode dataset into a starter buffer, converting steps with TF-Agents'
 Needs the `rlds` extra (`pip install 'smart_replay[rlds]'`).
 """
 
+import json
 import os
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import numpy as np
@@ -24,9 +25,15 @@ import tree
 
 from smart_replay import errors
 from smart_replay import manager as manager_lib
+from smart_replay.core import specs
+from smart_replay.core import tables as tables_lib
 from smart_replay.tools import export
 
 _PROGRESS_EVERY_S = 10.0
+# Beside the TFDS files (never named dataset_info.json: that one is TFDS's):
+# what an exact import of our own export needs.
+SIDECAR = 'smart_replay_export.json'
+SIDECAR_FORMAT = 'smart_replay.rlds/2'
 
 
 def _libraries():
@@ -54,23 +61,18 @@ def _feature(spec: Any, tfds: Any) -> Any:
                               dtype=np.dtype(spec.dtype.as_numpy_dtype))
 
 
-class RldsResult(NamedTuple):
-  """What `write_rlds` wrote.
-
-  Attributes:
-    path: the dataset directory.
-    checkpoint: the checkpoint read.
-    episodes: episodes written (runs of stored steps of one episode).
-    steps: steps written.
-  """
-  path: str
-  checkpoint: str
-  episodes: int
-  steps: int
+def _metadata_features(data_spec: Any, tfds: Any) -> Dict[str, Any]:
+  """The step fields beyond RLDS's own: `policy_info` and TF-Agents' step
+  types."""
+  fields = {'step_type': _feature(data_spec.step_type, tfds),
+            'next_step_type': _feature(data_spec.next_step_type, tfds)}
+  if tree.flatten(data_spec.policy_info):
+    fields['policy_info'] = _feature(data_spec.policy_info, tfds)
+  return fields
 
 
 def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
-               overwrite: bool = False) -> RldsResult:
+               overwrite: bool = False) -> export.ExportResult:
   """Writes a buffer's newest checkpoint as an RLDS dataset (TFDS format).
 
   Args:
@@ -81,18 +83,23 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
     overwrite: replace an existing `output_dir`.
 
   Returns:
-    An `RldsResult`.
+    An `export.ExportResult`.
 
   Raises:
     MissingExtraError: if rlds / tensorflow-datasets are not installed.
     FileExistsError: if `output_dir` exists and `overwrite` is False.
+    ValueError: if the table holds no steps (TFDS cannot read an empty
+      split), is unknown or is not a sequence table.
     CheckpointNotFoundError, CheckpointCorruptError, ValueError: as
       `export.export_rlds`.
   """
   tfds, _, episode_writer, rlds_base, _ = _libraries()
-  path, _, data_spec, table, reader = export._open(source, table)  # pylint: disable=protected-access
+  path, manifest, data_spec, table, reader = export._open(source, table)  # pylint: disable=protected-access
+  pieces = reader.pieces(table)
+  if not pieces:  # TFDS cannot read a split without examples.
+    raise ValueError(f'table {table!r} of {path} holds no steps; an RLDS '
+                     'dataset needs at least one episode.')
   export._prepare(output_dir, overwrite, is_file=False)  # pylint: disable=protected-access
-  os.makedirs(output_dir, exist_ok=True)
   policy_info = data_spec.policy_info
   config = rlds_base.DatasetConfig(
       name='smart_replay',
@@ -100,12 +107,11 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
       action_info=_feature(data_spec.action, tfds),
       reward_info=_feature(data_spec.reward, tfds),
       discount_info=_feature(data_spec.discount, tfds),
-      step_metadata_info=({'policy_info': _feature(policy_info, tfds)}
-                          if tree.flatten(policy_info) else None))
+      step_metadata_info=_metadata_features(data_spec, tfds))
   writer = episode_writer.EpisodeWriter(data_directory=output_dir,
                                         ds_config=config)
   episodes = steps = 0
-  for piece in reader.pieces(table):
+  for piece in pieces:
     fields = export._steps(data_spec, piece)  # pylint: disable=protected-access
     trajectory = tree.unflatten_as(data_spec, piece.columns)
     rlds_steps = []
@@ -121,12 +127,50 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
       if tree.flatten(policy_info):
         step['policy_info'] = tree.map_structure(lambda a: a[i],
                                                  trajectory.policy_info)
+      # TF-Agents' own step types, so our import rebuilds items exactly.
+      step['step_type'] = trajectory.step_type[i]
+      step['next_step_type'] = trajectory.next_step_type[i]
       rlds_steps.append(step)
     writer.add_episode({'steps': rlds_steps})
     episodes += 1
     steps += piece.num_steps
   writer.close()
-  return RldsResult(os.path.abspath(output_dir), path, episodes, steps)
+  config = next(t for t in manifest['tables'] if t['name'] == table)
+  info = {'format': SIDECAR_FORMAT, 'source_checkpoint': path, 'table': table,
+          'data_spec': specs.spec_to_json(data_spec),
+          'sequence_length': manifest['sequence_length'],
+          'stride_length': manifest['stride_length'],
+          'capacity': manifest['capacity'], 'table_config': config,
+          'import_problems': export._import_problems(config),  # pylint: disable=protected-access
+          'episodes': episodes, 'steps': steps,
+          'items': manifest['counts']['tables'][table]['items']}
+  with open(os.path.join(output_dir, SIDECAR), 'w') as f:
+    json.dump(info, f, indent=1)
+  logging.info('Exported %d steps in %d episode pieces of %s to %s.', steps,
+               episodes, path, output_dir)
+  return export.ExportResult(os.path.abspath(output_dir), path, table,
+                             info['items'], episodes, steps)
+
+
+def _sidecar(dataset_dir: str) -> Optional[Dict[str, Any]]:
+  """What `write_rlds` recorded beside the dataset (None for others).
+
+  Raises:
+    ValueError: if the exported table's items cannot be rebuilt from its
+      steps (names why).
+  """
+  path = os.path.join(dataset_dir, SIDECAR)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    info = json.load(f)
+  if info['import_problems']:
+    raise ValueError(
+        f"the items of table {info['table']!r} exported to {dataset_dir} "
+        'cannot be rebuilt exactly from its steps: '
+        + '; '.join(info['import_problems'])
+        + '. Read the dataset with tfds.builder_from_directory() instead.')
+  return info
 
 
 def _trajectories(steps: list, with_info: bool) -> list:
@@ -135,6 +179,13 @@ def _trajectories(steps: list, with_info: bool) -> list:
     return (ts.StepType.FIRST if step['is_first'] else
             ts.StepType.LAST if step['is_last'] else ts.StepType.MID)
   out = []
+  if steps and 'step_type' in steps[0]:  # Written by write_rlds: exact.
+    return [trajectory_lib.Trajectory(
+        step_type=step['step_type'], observation=step['observation'],
+        action=step['action'],
+        policy_info=step['policy_info'] if with_info else (),
+        next_step_type=step['next_step_type'], reward=step['reward'],
+        discount=step['discount']) for step in steps]
   for i, step in enumerate(steps):
     step_type = kind(step)
     # After the episode's last step comes the next episode's first.
@@ -208,14 +259,23 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
     raise ValueError(f'{dataset_dir} is not an RLDS episode dataset: its steps '
                      f'lack {missing} (they hold {sorted(step_spec)}).')
   with_info = 'policy_info' in step_spec
-  data_spec = rlds_to_reverb.create_trajectory_data_spec(episodes)
-  if with_info:
-    data_spec = data_spec._replace(policy_info=step_spec['policy_info'])
+  info = _sidecar(dataset_dir)
   total = int(episodes.flat_map(lambda e: e[rlds.STEPS]).reduce(
       0, lambda count, _: count + 1))
-  manager = manager_lib.ReplayBufferManager(
-      data_spec, capacity=capacity or max(total, 1),
-      checkpoint_dir=checkpoint_dir, sequence_length=sequence_length)
+  if info is not None:  # Our export: the exported table, exactly.
+    manager = manager_lib.ReplayBufferManager(
+        specs.spec_from_json(info['data_spec']), capacity=info['capacity'],
+        checkpoint_dir=checkpoint_dir,
+        sequence_length=info['sequence_length'],
+        stride_length=info['stride_length'],
+        table_configs=[tables_lib.TableConfig(**info['table_config'])])
+  else:
+    data_spec = rlds_to_reverb.create_trajectory_data_spec(episodes)
+    if with_info:
+      data_spec = data_spec._replace(policy_info=step_spec['policy_info'])
+    manager = manager_lib.ReplayBufferManager(
+        data_spec, capacity=capacity or max(total, 1),
+        checkpoint_dir=checkpoint_dir, sequence_length=sequence_length)
   stop_requested = stop_requested or (lambda: False)
   with manager:
     manager.check_prefill(max(total, 1))
@@ -229,10 +289,19 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
           list(episode[rlds.STEPS].as_numpy_iterator()), with_info):
         observer(trajectory)
         index += 1
+      observer.end_episode()  # Episodes (and exported pieces) never join.
       now = time.monotonic()
       if now - last_log >= _PROGRESS_EVERY_S:
-        last_log, rate = now, (index + 1) / (now - began)
+        last_log, rate = now, index / (now - began)
         logging.info('import: %d/%d steps, %.0f steps/s, ETA %.0f s',
-                     index + 1, total, rate, (total - index - 1) / rate)
+                     index, total, rate, (total - index) / rate)
+    observer.flush()
+    if info is not None:
+      table = info['table']
+      items = manager.stats()['tables'][table]['items']
+      if items != info['items']:
+        raise errors.CheckpointCorruptError(
+            f'importing {dataset_dir} made {items} items in table {table!r}, '
+            f"but the export holds {info['items']}.")
     return manager.checkpoint(extra={'imported_from': os.path.abspath(
         dataset_dir), 'imported_steps': total})

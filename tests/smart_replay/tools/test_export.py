@@ -5,10 +5,12 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 import smart_replay
 from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.tools import export
+from smart_replay.tools import rlds_io
 from smart_replay.core import tables
 from tests import testing
 
@@ -36,35 +38,37 @@ def buffer(make_manager, tmp_path):
 def test_rlds_holds_every_stored_step_with_episode_boundaries(buffer,
                                                               tmp_path):
   source, path, record = buffer
-  result = export.export_rlds(source, str(tmp_path / 'rlds'))
+  result = rlds_io.write_rlds(source, str(tmp_path / 'rlds'))
   episodes, unfinished = _episodes(record.steps)
   if len(unfinished) >= 2:
     episodes.append(unfinished)
   assert result.checkpoint == path
   assert result.steps == sum(len(e) for e in episodes)  # Every stored step.
   assert result.episodes == len(episodes)
-  # Plain tf.data, no smart_replay: the format is self-described.
-  with open(tmp_path / 'rlds' / 'dataset_info.json') as f:
+  with open(tmp_path / 'rlds' / 'smart_replay_export.json') as f:
     info = json.load(f)
   assert info['steps'] == result.steps and info['items'] == result.items
-  read = list(export.read_rlds(str(tmp_path / 'rlds')).as_numpy_iterator())
+  # A real TFDS dataset of RLDS episodes.
+  read = list(tfds.builder_from_directory(str(tmp_path / 'rlds')).as_dataset(
+      split='train'))
   assert len(read) == len(episodes)
   for got, want in zip(read, episodes):
-    steps = got['steps']
-    assert int(got['start']) == 0
+    steps = next(iter(got['steps'].batch(10_000)))
     np.testing.assert_array_equal(
-        steps['observation/temperature'],
+        steps['observation']['temperature'],
         np.stack([s.observation['temperature'] for s in want]))
     np.testing.assert_array_equal(steps['action'],
                                   np.stack([s.action for s in want]))
     np.testing.assert_array_equal(steps['reward'],
                                   np.stack([s.reward for s in want]))
-    assert steps['is_first'].tolist() == [True] + [False] * (len(want) - 1)
+    assert steps['is_first'].numpy().tolist() == [True] + [False] * (
+        len(want) - 1)
     # RLDS's last step holds the final observation: TF-Agents' boundary.
-    assert steps['is_last'].tolist() == [s.is_boundary() for s in want]
+    assert steps['is_last'].numpy().tolist() == [s.is_boundary()
+                                                 for s in want]
     terminal = [s.is_boundary() and i > 0 and want[i - 1].discount == 0
                 for i, s in enumerate(want)]
-    assert steps['is_terminal'].tolist() == terminal
+    assert steps['is_terminal'].numpy().tolist() == terminal
 
 
 def test_round_trip_gives_identical_items(make_manager, tmp_path, data_spec):
@@ -72,8 +76,8 @@ def test_round_trip_gives_identical_items(make_manager, tmp_path, data_spec):
   _, observer = manager.create_replay_buffer()
   testing.run_actor(observer, 200, seed=2)  # Evicts: episodes start late.
   original = manager.checkpoint()
-  export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
-  imported = export.import_rlds(str(tmp_path / 'rlds'),
+  rlds_io.write_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
+  imported = rlds_io.import_rlds(str(tmp_path / 'rlds'),
                                 str(tmp_path / 'again'))
   def items(path):
     return [testing.item_fingerprint(checkpoint_reader.unflatten(
@@ -84,7 +88,7 @@ def test_round_trip_gives_identical_items(make_manager, tmp_path, data_spec):
   loaded = smart_replay.ReplayBufferManager.from_checkpoint(imported)
   assert loaded.table_configs == manager.table_configs
   with pytest.raises(smart_replay.CheckpointExistsError):
-    export.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'again'))
+    rlds_io.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'again'))
 
 
 def test_npz_transitions(buffer, tmp_path):
@@ -114,9 +118,9 @@ def test_export_refuses_episode_tables_and_missing_buffers(
   testing.run_actor(observer, 30)
   manager.checkpoint()
   with pytest.raises(ValueError, match=r"sequence tables \[\] \(of \['episodes'\]\)"):
-    export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
+    rlds_io.write_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
   with pytest.raises(smart_replay.CheckpointNotFoundError):
-    export.export_rlds(str(tmp_path / 'nowhere'), str(tmp_path / 'rlds'))
+    rlds_io.write_rlds(str(tmp_path / 'nowhere'), str(tmp_path / 'rlds'))
 
 
 def test_export_checks_the_item_count_against_the_manifest(buffer, tmp_path):
@@ -129,16 +133,17 @@ def test_export_checks_the_item_count_against_the_manifest(buffer, tmp_path):
     json.dump(manifest, f)
   with pytest.raises(smart_replay.CheckpointCorruptError,
                      match='manifest records'):
-    export.export_rlds(source, str(tmp_path / 'rlds'))
+    rlds_io.write_rlds(source, str(tmp_path / 'rlds'))
 
 
-def test_empty_buffer_exports_an_empty_data_set(make_manager, tmp_path):
+def test_an_empty_buffer_exports_empty_npz_and_no_rlds(make_manager, tmp_path):
   manager = make_manager()
   manager.create_replay_buffer()
   manager.checkpoint()
-  result = export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'r'))
-  assert (result.items, result.steps, result.episodes) == (0, 0, 0)
-  assert list(export.read_rlds(str(tmp_path / 'r'))) == []
+  with pytest.raises(ValueError, match='holds no steps; an RLDS dataset '
+                     'needs at least one episode'):
+    rlds_io.write_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'r'))
+  assert not os.path.exists(tmp_path / 'r')
   export.export_npz(str(tmp_path / 'buffer'), str(tmp_path / 't.npz'))
   data = np.load(tmp_path / 't.npz')
   assert data['observation/temperature'].shape == (0, 3)
@@ -150,7 +155,7 @@ def test_import_refuses_tables_whose_items_leave_gaps(make_manager, tmp_path):
   _, observer = manager.create_replay_buffer()
   testing.run_actor(observer, 40)
   manager.checkpoint()
-  export.export_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
+  rlds_io.write_rlds(str(tmp_path / 'buffer'), str(tmp_path / 'rlds'))
   with pytest.raises(ValueError, match="remover 'uniform'.*max_times_sampled"):
-    export.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'again'))
+    rlds_io.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'again'))
   assert not os.path.exists(tmp_path / 'again')
