@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from smart_replay.apps import cli
+from smart_replay.core import specs
 from smart_replay.tools import export
 from smart_replay.tools import inspection
 from smart_replay.tools import plots
@@ -37,6 +38,10 @@ flags.DEFINE_string('export_npz', None, 'Write flat transitions to this .npz.')
 flags.DEFINE_string('import_to', None, 'TARGET is an RLDS dataset (TFDS '
                     'format, ours or any other): write it into a new starter '
                     'buffer here.')
+flags.DEFINE_string('spec_file', None, 'With --import_to: store the steps '
+                    'under this collect_data_spec (saved with '
+                    'smart_replay.core.specs.save_spec), e.g. the agent\'s '
+                    'with its action bounds; default the dataset\'s own.')
 flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
 flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
                    lower_bound=0.1)
@@ -47,8 +52,10 @@ def _work(target, stop):
     if FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz or FLAGS.json:
       raise ValueError('--import_to takes an exported data set; inspect, '
                        'plot or export the new buffer in a second call.')
-    path = rlds_io.import_rlds(target, FLAGS.import_to,
-                               overwrite=FLAGS.overwrite, stop_requested=stop)
+    path = rlds_io.import_rlds(
+        target, FLAGS.import_to, overwrite=FLAGS.overwrite,
+        data_spec=specs.load_spec(FLAGS.spec_file) if FLAGS.spec_file
+        else None, stop_requested=stop)
     print(f'Imported {target} into {path}')
     return
   description = inspection.describe(target, timeout_s=FLAGS.timeout_s)

@@ -211,6 +211,7 @@ def _trajectories(steps: list, with_info: bool) -> list:
 
 
 def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
+                data_spec: Any = None,
                 sequence_length: int = 2, capacity: Optional[int] = None,
                 overwrite: bool = False,
                 stop_requested: Optional[Callable[[], bool]] = None) -> str:
@@ -229,6 +230,11 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
     dataset_dir: a TFDS dataset directory of RLDS episodes (e.g. written by
       `rlds.tfds.EpisodeWriter` or `write_rlds`); its 'train' split is read.
     checkpoint_dir: the buffer directory to write.
+    data_spec: the spec to store the steps under, e.g. the agent's
+      `collect_data_spec` (with the action bounds a DQN needs); its
+      dtypes and shapes must be the dataset's. None: TF-Agents'
+      `create_trajectory_data_spec` of the dataset (no bounds), or our
+      export's own spec.
     sequence_length: steps per item of the new buffer.
     capacity: its capacity; default the number of steps.
     overwrite: replace checkpoints already in `checkpoint_dir`.
@@ -270,9 +276,19 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
         stride_length=info['stride_length'],
         table_configs=[tables_lib.TableConfig(**info['table_config'])])
   else:
-    data_spec = rlds_to_reverb.create_trajectory_data_spec(episodes)
+    derived = rlds_to_reverb.create_trajectory_data_spec(episodes)
     if with_info:
-      data_spec = data_spec._replace(policy_info=step_spec['policy_info'])
+      derived = derived._replace(policy_info=step_spec['policy_info'])
+    if data_spec is None:
+      data_spec = derived
+    else:
+      data_spec = specs.as_trajectory(data_spec)
+      diffs = specs.diff_specs(derived, data_spec)
+      if diffs:
+        raise errors.TrajectorySpecError(
+            f'{dataset_dir} does not hold steps of data_spec: ' + '; '.join(
+                f'{field}: dataset {a}, data_spec {b}'
+                for field, a, b in diffs) + '.')
     manager = manager_lib.ReplayBufferManager(
         data_spec, capacity=capacity or max(total, 1),
         checkpoint_dir=checkpoint_dir, sequence_length=sequence_length)

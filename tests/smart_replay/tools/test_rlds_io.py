@@ -93,3 +93,51 @@ def test_an_rlds_dataset_written_elsewhere_becomes_a_starter_buffer(tmp_path):
 def test_a_directory_that_is_not_rlds_is_named(tmp_path):
   with pytest.raises(ValueError, match='is not a TFDS dataset directory'):
     rlds_io.import_rlds(str(tmp_path), str(tmp_path / 'b'))
+
+
+def test_an_rlds_cartpole_dataset_feeds_smart_replay_train(tmp_path):
+  from tf_agents.policies import random_py_policy  # pylint: disable=g-import-not-at-top
+  from tf_agents.specs import tensor_spec  # pylint: disable=g-import-not-at-top
+  from tf_agents.trajectories import policy_step  # pylint: disable=g-import-not-at-top
+  from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps import training  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps.envs import gymnasium_env  # pylint: disable=g-import-not-at-top
+  env = gymnasium_env.GymnasiumEnv('CartPole-v1', seed=0)
+  policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
+                                           env.action_spec(), seed=0)
+  (tmp_path / 'rlds').mkdir()
+  writer = episode_writer.EpisodeWriter(
+      data_directory=str(tmp_path / 'rlds'), ds_config=rlds_base.DatasetConfig(
+          name='cartpole_random',
+          observation_info=tfds.features.Tensor(shape=(4,), dtype=np.float32),
+          action_info=tfds.features.Tensor(shape=(), dtype=np.int64),
+          reward_info=np.float32, discount_info=np.float32))
+  for _ in range(30):  # Episodes as envlogger records them.
+    time_step, steps = env.reset(), []
+    while not time_step.is_last():
+      action = policy.action(time_step).action
+      after = env.step(action)
+      steps.append({'observation': time_step.observation, 'action': action,
+                    'reward': after.reward, 'discount': after.discount,
+                    'is_first': time_step.is_first(), 'is_last': False,
+                    'is_terminal': False})
+      time_step = after
+    steps.append({'observation': time_step.observation,
+                  'action': np.int64(0), 'reward': np.float32(0),
+                  'discount': np.float32(0), 'is_first': False,
+                  'is_last': True, 'is_terminal': time_step.discount == 0})
+    writer.add_episode({'steps': steps})
+  writer.close()
+  # The agent's spec: the action bounds DQN sizes its Q-head from.
+  time_step_spec = tensor_spec.from_spec(env.time_step_spec())
+  data_spec = trajectory.from_transition(
+      time_step_spec, policy_step.PolicyStep(tensor_spec.from_spec(
+          env.action_spec())), time_step_spec)
+  rlds_io.import_rlds(str(tmp_path / 'rlds'), str(tmp_path / 'starter'),
+                      data_spec=data_spec)
+  result = training.train_from_starter(
+      starter_dir=str(tmp_path / 'starter'), run_dir=str(tmp_path / 'run'),
+      env='gymnasium:CartPole-v1', num_train_steps=200,
+      collect_steps_per_iteration=50, train_steps_per_iteration=100,
+      eval_episodes=1)
+  assert result.train_step == 200
