@@ -90,8 +90,8 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
     FileExistsError: if `output_dir` exists and `overwrite` is False.
     ValueError: if the table holds no steps (TFDS cannot read an empty
       split), is unknown or is not a sequence table.
-    CheckpointNotFoundError, CheckpointCorruptError, ValueError: as
-      `export.export_rlds`.
+    CheckpointNotFoundError, CheckpointCorruptError: if there is no usable
+      checkpoint, or it does not hold what its manifest says.
   """
   tfds, _, episode_writer, rlds_base, _ = _libraries()
   path, manifest, data_spec, table, reader = export._open(source, table)  # pylint: disable=protected-access
@@ -111,6 +111,7 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
   writer = episode_writer.EpisodeWriter(data_directory=output_dir,
                                         ds_config=config)
   episodes = steps = 0
+  began = last_log = time.monotonic()
   for piece in pieces:
     fields = export._steps(data_spec, piece)  # pylint: disable=protected-access
     trajectory = tree.unflatten_as(data_spec, piece.columns)
@@ -134,6 +135,12 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
     writer.add_episode({'steps': rlds_steps})
     episodes += 1
     steps += piece.num_steps
+    now = time.monotonic()
+    if now - last_log >= _PROGRESS_EVERY_S:
+      last_log, rate = now, episodes / (now - began)
+      logging.info('export: %d/%d episodes, %.0f episodes/s, ETA %.0f s',
+                   episodes, len(pieces), rate,
+                   (len(pieces) - episodes) / rate)
   writer.close()
   config = next(t for t in manifest['tables'] if t['name'] == table)
   info = {'format': SIDECAR_FORMAT, 'source_checkpoint': path, 'table': table,
