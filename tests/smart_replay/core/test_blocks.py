@@ -9,8 +9,8 @@ from smart_replay import manager as manager_lib
 from smart_replay.core import blocks
 from smart_replay.core import config as config_lib
 from smart_replay.core import tables
-from smart_replay.tools import export
 from smart_replay.tools import inspection
+from smart_replay.tools import rlds_io
 from tests.smart_replay.core import test_sampling_distribution as streams
 
 
@@ -133,9 +133,9 @@ def test_blocks_hold_the_windows_of_a_per_window_table_and_survive_a_load(
     assert 'layout=packed' in text
     assert '/250 blocks (of 6 steps, up to 4 windows)' in text
     # Export reads the per-window table's steps, and names what it cannot.
-    result = export.export_rlds(manager.checkpoint_dir,
+    result = rlds_io.write_rlds(manager.checkpoint_dir,
                                 str(tmp_path / 'rlds'))
     assert result.steps == sum(n for n in streams.LENGTHS if n >= 3)
     with pytest.raises(ValueError, match=r"packed items \(\['blocks'\]\)"):
-      export.export_rlds(manager.checkpoint_dir, str(tmp_path / 'rlds2'),
+      rlds_io.write_rlds(manager.checkpoint_dir, str(tmp_path / 'rlds2'),
                          table='blocks')
