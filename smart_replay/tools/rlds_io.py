@@ -182,10 +182,6 @@ def _sidecar(dataset_dir: str) -> Optional[Dict[str, Any]]:
 
 def _trajectories(steps: list, with_info: bool) -> list:
   """TF-Agents trajectories of one RLDS episode's steps (numpy)."""
-  def kind(step):
-    return (ts.StepType.FIRST if step['is_first'] else
-            ts.StepType.LAST if step['is_last'] else ts.StepType.MID)
-  out = []
   if steps and 'step_type' in steps[0]:  # Written by write_rlds: exact.
     return [trajectory_lib.Trajectory(
         step_type=step['step_type'], observation=step['observation'],
@@ -193,26 +189,27 @@ def _trajectories(steps: list, with_info: bool) -> list:
         policy_info=step['policy_info'] if with_info else (),
         next_step_type=step['next_step_type'], reward=step['reward'],
         discount=step['discount']) for step in steps]
+  kinds = [ts.StepType.FIRST if step['is_first'] else
+           ts.StepType.LAST if step['is_last'] else ts.StepType.MID
+           for step in steps]
+  kinds.append(ts.StepType.FIRST)  # The next episode's first step.
+  # No value after a terminal state: the last step itself (as TF-Agents'
+  # converter does) and the transition into it (TF-Agents reads a window's
+  # discount from its first step) get discount 0.
+  terminal = [bool(step['is_last']) and bool(step['is_terminal'])
+              for step in steps] + [False]
+  out = []
   for i, step in enumerate(steps):
-    step_type = kind(step)
-    # After the episode's last step comes the next episode's first.
-    next_type = kind(steps[i + 1]) if i + 1 < len(steps) else (
-        ts.StepType.FIRST)
+    step_type, next_type = kinds[i], kinds[i + 1]
     if step_type == ts.StepType.FIRST and next_type == ts.StepType.FIRST:
       step_type = next_type = ts.StepType.LAST  # A one-step episode.
-    # No value after a terminal state: the last step itself (as TF-Agents'
-    # converter does) and the transition into it (TF-Agents reads a
-    # window's discount from its first step) get discount 0.
-    def terminal(j):
-      return j < len(steps) and bool(steps[j]['is_last']) and bool(
-          steps[j]['is_terminal'])
     discount = np.asarray(step['discount'])
     out.append(trajectory_lib.Trajectory(
         step_type=np.int32(step_type), observation=step['observation'],
         action=step['action'],
         policy_info=step['policy_info'] if with_info else (),
         next_step_type=np.int32(next_type), reward=step['reward'],
-        discount=(np.zeros_like(discount) if terminal(i) or terminal(i + 1)
+        discount=(np.zeros_like(discount) if terminal[i] or terminal[i + 1]
                   else discount)))
   return out
 
