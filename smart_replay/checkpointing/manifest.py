@@ -13,6 +13,7 @@ import os
 import platform
 from typing import Any, Dict, List, Optional, Tuple
 
+from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 
@@ -149,7 +150,7 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
     if stored.get(field) != requested.get(field):
       diffs.append((field, stored.get(field), requested.get(field)))
   # Configs written before layouts were recorded stored one column per field.
-  layouts = [c.get('layout', {'name': 'columns'}) for c in (stored, requested)]
+  layouts = [packing.stored_layout(c) for c in (stored, requested)]
   if layouts[0]['name'] != layouts[1]['name']:
     diffs.append(('layout', layouts[0]['name'], layouts[1]['name']))
   elif layouts[0] != layouts[1] and not diffs:  # Not just another spec.

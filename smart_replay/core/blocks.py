@@ -126,6 +126,7 @@ class BlockWriter:
     self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
                      for _ in range(num_streams)]
     self._out.on_restart = self.reset
+    self._tables = [t.name for t in tables]  # The order of each stream's.
 
   def add(self, rows: np.ndarray, step_types: Any, *,
           batched: bool) -> None:
@@ -174,8 +175,7 @@ class BlockWriter:
     self._out.close()
 
   def _write(self, per_table: Any) -> None:
-    tables = [b.table for b in self._streams[0]]
-    for table, blocks in zip(tables, per_table):
+    for table, blocks in zip(self._tables, per_table):
       for rows, windows in blocks:
         self._out.append([rows])
         self._out.defer(table, float(windows), 1)

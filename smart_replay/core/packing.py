@@ -294,6 +294,19 @@ def default_layout(data_spec: Any) -> str:
   return DEFAULT_LAYOUT
 
 
+def stored_layout(stored: Mapping[str, Any]) -> Dict[str, Any]:
+  """The layout a manifest (or a served config) records.
+
+  Args:
+    stored: a manifest or `manifest.build_config` dict.
+
+  Returns:
+    Its `Layout.describe()`; `{'name': 'columns'}` for configs written before
+    layouts were recorded (every field was its own column then).
+  """
+  return stored.get('layout', {'name': 'columns'})
+
+
 def stored_name(stored: Mapping[str, Any]) -> str:
   """The layout name a manifest (or a served config) records.
 
@@ -304,7 +317,7 @@ def stored_name(stored: Mapping[str, Any]) -> str:
     Its layout's name; 'columns' for configs written before layouts were
     recorded (every field was its own column then).
   """
-  return stored.get('layout', {'name': 'columns'})['name']
+  return stored_layout(stored)['name']
 
 
 def layout_from_manifest(stored: Mapping[str, Any]) -> Layout:
@@ -323,7 +336,7 @@ def layout_from_manifest(stored: Mapping[str, Any]) -> Layout:
   """
   layout = Layout(stored_name(stored),
                   specs.spec_from_json(stored['data_spec']))
-  recorded = stored.get('layout', {'name': 'columns'})
+  recorded = stored_layout(stored)
   if recorded != layout.describe():
     differing = sorted(k for k in set(recorded) | set(layout.describe())
                        if recorded.get(k) != layout.describe().get(k))

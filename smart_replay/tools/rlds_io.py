@@ -14,7 +14,6 @@ Needs the `rlds` extra (`pip install 'smart_replay[rlds]'`).
 
 import json
 import os
-import time
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
@@ -28,8 +27,8 @@ from smart_replay import manager as manager_lib
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 from smart_replay.tools import export
+from smart_replay.tools import progress_log
 
-_PROGRESS_EVERY_S = 10.0
 # Beside the TFDS files (never named dataset_info.json: that one is TFDS's):
 # what an exact import of our own export needs.
 SIDECAR = 'smart_replay_export.json'
@@ -111,7 +110,7 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
   writer = episode_writer.EpisodeWriter(data_directory=output_dir,
                                         ds_config=config)
   episodes = steps = 0
-  began = last_log = time.monotonic()
+  progress = progress_log.ProgressLog('export', len(pieces), 'episodes')
   for piece in pieces:
     fields = export._steps(data_spec, piece)  # pylint: disable=protected-access
     trajectory = tree.unflatten_as(data_spec, piece.columns)
@@ -135,12 +134,7 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
     writer.add_episode({'steps': rlds_steps})
     episodes += 1
     steps += piece.num_steps
-    now = time.monotonic()
-    if now - last_log >= _PROGRESS_EVERY_S:
-      last_log, rate = now, episodes / (now - began)
-      logging.info('export: %d/%d episodes, %.0f episodes/s, ETA %.0f s',
-                   episodes, len(pieces), rate,
-                   (len(pieces) - episodes) / rate)
+    progress.update(episodes)
   writer.close()
   config = next(t for t in manifest['tables'] if t['name'] == table)
   info = {'format': SIDECAR_FORMAT, 'source_checkpoint': path, 'table': table,
@@ -300,7 +294,7 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
   with manager:
     manager.check_prefill(max(total, 1))
     _, observer = manager.create_replay_buffer(overwrite=overwrite)
-    began = last_log = time.monotonic()
+    progress = progress_log.ProgressLog('import', total, 'steps')
     index = 0
     for episode in episodes:
       if stop_requested():
@@ -310,11 +304,7 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
         observer(trajectory)
         index += 1
       observer.end_episode()  # Episodes (and exported pieces) never join.
-      now = time.monotonic()
-      if now - last_log >= _PROGRESS_EVERY_S:
-        last_log, rate = now, index / (now - began)
-        logging.info('import: %d/%d steps, %.0f steps/s, ETA %.0f s',
-                     index, total, rate, (total - index) / rate)
+      progress.update(index)
     observer.flush()
     if info is not None:
       table = info['table']

@@ -10,7 +10,6 @@ steps of overlapping items are written once, as the observer would.
 """
 
 import collections
-import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from absl import logging
@@ -26,8 +25,8 @@ from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
+from smart_replay.tools import progress_log
 
-_PROGRESS_EVERY_S = 10.0
 
 
 class ImportResult(NamedTuple):
@@ -201,7 +200,7 @@ def _write_items(client: reverb.Client, items: List[Any], *, table: str,
   refs: Dict[Any, Any] = {}
   remaining = collections.Counter(s for item in items for s in item.steps)
   squeeze = [False] * step_layout.num_columns
-  began = last_log = time.monotonic()
+  progress = progress_log.ProgressLog('import', len(items), 'items')
   try:
     for index, item in enumerate(items):
       if stop_requested():
@@ -216,12 +215,7 @@ def _write_items(client: reverb.Client, items: List[Any], *, table: str,
         remaining[step] -= 1
         if not remaining[step]:
           del refs[step]  # No later item uses it.
-      now = time.monotonic()
-      if now - last_log >= _PROGRESS_EVERY_S:
-        last_log, rate = now, (index + 1) / (now - began)
-        logging.info('import: %d/%d items, %.0f items/s, ETA %.0f s',
-                     index + 1, len(items), rate,
-                     (len(items) - index - 1) / rate)
+      progress.update(index + 1)
     writer.flush(timeout_ms=600_000)
   finally:
     writer.close()
