@@ -36,6 +36,7 @@ setuptools.setup(
         'grpcio',  # the control service of smart-replay-serve (TF needs it too)
         'numpy<2',
         'tqdm',
+        'prometheus-client',  # smart-replay-serve --metrics_port
         'cramjam',  # snappy: reading the chunks of Reverb checkpoint files
         'gymnasium==1.3.0',  # 'gymnasium:<id>' environments (apps/envs)
         # tf-agents imports gym 0.23 (suite_gym) on every run; these notices
