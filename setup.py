@@ -8,12 +8,16 @@ setuptools.setup(
     description=('A Reverb replay buffer for TF-Agents: built from the '
                  'collect_data_spec, validated, checkpointed and resumed safely.'),
     packages=(setuptools.find_packages(include=['smart_replay', 'smart_replay.*'])
-              + ['smart_replay_scripts', 'smart_replay_benchmarks']),
+              + ['smart_replay_scripts', 'smart_replay_benchmarks',
+                 'smart_replay_configs']),
     # The absl binaries in scripts/ are installed as smart_replay_scripts, so
     # that console scripts and `python -m smart_replay_scripts.X` work; the
     # benchmark harness in benchmarks/ as smart_replay_benchmarks.
+    # configs/*.gin as smart_replay_configs, found by name (apps/configs.py).
     package_dir={'smart_replay_scripts': 'scripts',
-                 'smart_replay_benchmarks': 'benchmarks'},
+                 'smart_replay_benchmarks': 'benchmarks',
+                 'smart_replay_configs': 'configs'},
+    package_data={'smart_replay_configs': ['*.gin']},
     entry_points={'console_scripts': [
         'smart-replay-populate='
         'smart_replay_scripts.populate_starter_buffer:run',

@@ -6,10 +6,13 @@ Usage:
 
 import sys
 
+from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
+native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
-import gin
 
+from smart_replay.apps import binary
 from smart_replay.apps import demo
 from smart_replay import errors
 
@@ -17,7 +20,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('buffer_dir', None, 'The buffer directory to summarize.')
 flags.DEFINE_integer('batch_size', 256, 'Size of the sampled batch.',
                      lower_bound=1)
-flags.DEFINE_multi_string('gin_file', [], 'Gin config files.')
+flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
+                          'of a shipped config (repeatable).')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin bindings.')
 flags.mark_flag_as_required('buffer_dir')
 
@@ -36,7 +40,7 @@ def main(argv):
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
   try:
     summary = demo.summarize_buffer(FLAGS.buffer_dir,
                                     batch_size=FLAGS.batch_size)
@@ -51,7 +55,7 @@ def main(argv):
 
 def run():
   """Console-script entry point (`smart-replay-demo`)."""
-  app.run(main)
+  binary.run(main)
 
 
 if __name__ == '__main__':

@@ -14,9 +14,15 @@ Exit codes: 0 done; 2 bad flags, no checkpoint, or a spec that is not what is
 stored (the message says which); 130 interrupted (nothing is written).
 """
 
+import sys
+
+from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
+native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 
+from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.core import specs
 from smart_replay.tools import takeover
@@ -64,7 +70,7 @@ def main(argv):
           f'{result.sequence_length} per item) of table {result.table!r} '
           f'from {result.source} into {result.checkpoint}')
   _, exit_code, _ = cli.run_stoppable(
-      work, quit_message='Interrupted: nothing was imported.',
+      work, verbose=FLAGS.verbose, quit_message='Interrupted: nothing was imported.',
       flag_names=('source', 'checkpoint_dir', 'table', 'table_name',
                   'capacity', 'layout', 'overwrite'))
   return exit_code or 0
@@ -72,7 +78,7 @@ def main(argv):
 
 def run():
   """Console-script entry point (`smart-replay-import`)."""
-  app.run(main)
+  binary.run(main)
 
 
 if __name__ == '__main__':

@@ -12,13 +12,18 @@ Exit codes: 0 done; 2 no such buffer, a damaged checkpoint, an unreachable
 server, or bad flags (the message says which).
 """
 
+import sys
+
+from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
+native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+# pylint: disable=g-import-not-at-top,wrong-import-position
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
 
+from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.core import specs
 from smart_replay.tools import export
@@ -95,14 +100,14 @@ def main(argv):
     raise app.UsageError('give one buffer directory, checkpoint folder, '
                          f'data set or host:port; got {argv[1:]}')
   _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1], stop),
-                                      quit_message='Interrupted.',
+                                      verbose=FLAGS.verbose, quit_message='Interrupted.',
                                       flag_names=('overwrite', 'table'))
   return exit_code or 0
 
 
 def run():
   """Console-script entry point (`smart-replay-inspect`)."""
-  app.run(main)
+  binary.run(main)
 
 
 if __name__ == '__main__':

@@ -2,7 +2,7 @@ r"""Serves a replay buffer to actors and learners in other processes or machines
 
 Examples:
   smart-replay-serve --spec_file=buffer/spec.pbtxt --checkpoint_dir=buffer \
-      --port=8000 --gin_file=configs/serve.gin
+      --port=8000 --gin_file=serve.gin
   smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
 
 The spec file is the agent's `collect_data_spec`, saved with
@@ -21,10 +21,13 @@ checkpoint (the last completed one stays loadable).
 
 import sys
 
+from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
+native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
-import gin
 
+from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.remote import launch
 
@@ -35,7 +38,8 @@ flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
                      'port + 1).', lower_bound=1, upper_bound=65534)
-flags.DEFINE_multi_string('gin_file', [], 'Gin config file (repeatable).')
+flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
+                          'of a shipped config (repeatable).')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
 flags.mark_flags_as_required(['spec_file', 'checkpoint_dir'])
 
@@ -54,13 +58,13 @@ def main(argv):
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, stop_requested=stop,
           ready=lambda line: print(line, flush=True)),
-      quit_message='Quit without a final checkpoint; the last completed '
+      verbose=FLAGS.verbose, quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint is resumed on the next start.')
   if exit_code is not None:
     return exit_code
@@ -70,7 +74,7 @@ def main(argv):
 
 def run():
   """Console-script entry point (`smart-replay-serve`)."""
-  app.run(main)
+  binary.run(main)
 
 
 if __name__ == '__main__':

@@ -2,9 +2,9 @@ r"""Trains a TF-Agents agent from a starter buffer, resumable after a crash.
 
 Examples:
   smart-replay-train --starter_dir=starter_buffers/cartpole_seq2_2000steps \
-      --run_dir=runs/dqn1 --gin_file=configs/train_dqn_cartpole.gin
+      --run_dir=runs/dqn1 --gin_file=train_dqn_cartpole.gin
   smart-replay-train --starter_dir=starter_buffers/office_seq2_2880steps \
-      --run_dir=runs/sac1 --gin_file=configs/train_sac_thermal.gin
+      --run_dir=runs/sac1 --gin_file=train_sac_thermal.gin
   smart-replay-train ... --resume          # after an interruption or a crash
 
 Capacity, sequence length and spec come from the starter's manifest, the
@@ -16,15 +16,19 @@ Exit codes: 0 done; 2 bad input or an existing run; 128 + signal number after
 SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
 """
 
+import sys
+
+from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
+native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+# pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses
 import json
 import os
-import sys
 
 from absl import app
 from absl import flags
-import gin
 
+from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.apps import training
 
@@ -47,7 +51,8 @@ flags.DEFINE_integer('eval_episodes', 5, 'Greedy evaluation episodes.',
                      lower_bound=0)
 flags.DEFINE_boolean('resume', False, 'Continue run_dir from its newest pair.')
 flags.DEFINE_boolean('overwrite', False, 'Replace an existing run.')
-flags.DEFINE_multi_string('gin_file', [], 'Gin config file (repeatable).')
+flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
+                          'of a shipped config (repeatable).')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
 flags.mark_flags_as_required(['starter_dir', 'run_dir'])
 
@@ -70,13 +75,13 @@ def main(argv):
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
+  binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
   result, exit_code, stop = cli.run_stoppable(
       lambda stop: training.train_from_starter(
           starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
           stop_requested=stop, **given),
-      quit_message='Quit without a final checkpoint; --resume continues from '
+      verbose=FLAGS.verbose, quit_message='Quit without a final checkpoint; --resume continues from '
       'the last paired checkpoint.',
       flag_names=_OPTIONAL)
   if exit_code is not None:
@@ -94,7 +99,7 @@ def main(argv):
 
 def run():
   """Console-script entry point (`smart-replay-train`)."""
-  app.run(main)
+  binary.run(main)
 
 
 if __name__ == '__main__':

@@ -8,35 +8,48 @@ Everything else (`smart_replay.core.specs`, `.tables`, `.server`, `.observer`,
 `.dataset`, `.checkpoints`, `.manifest`) is importable for advanced use.
 """
 
-try:
-  import reverb  # pylint: disable=unused-import
-except ImportError as e:  # pragma: no cover - depends on the environment
+import importlib
+import importlib.util
+
+# Checked without importing Reverb (and TensorFlow): `smart_replay.apps.
+# native_logs` must be importable before TensorFlow loads, and `import
+# smart_replay` stays fast; the public names below load on first use.
+if importlib.util.find_spec('reverb') is None:  # pragma: no cover
   raise ImportError(
       'smart_replay needs DeepMind Reverb (dm-reverb==0.14.0 with '
       'tensorflow==2.15.1 and tf-agents==0.19.0, CPython 3.9-3.11 on Linux '
       'x86_64). Install the project with `pip install -e .` or run '
-      '`make test` to set up .venv.') from e
+      '`make test` to set up .venv.')
 
-from smart_replay.errors import BufferInUseError
-from smart_replay.errors import CheckpointCorruptError
-from smart_replay.errors import CheckpointExistsError
-from smart_replay.errors import CheckpointNotFoundError
-from smart_replay.errors import ForeignCheckpointError
-from smart_replay.errors import CheckpointWriteError
-from smart_replay.errors import ManagerStateError
-from smart_replay.errors import ManifestMismatchError
-from smart_replay.errors import MissingExtraError
-from smart_replay.errors import PrefillWouldBlockError
-from smart_replay.errors import ServerUnavailableError
-from smart_replay.errors import SmartReplayError
-from smart_replay.errors import TrajectorySpecError
-from smart_replay.errors import WaitTimeoutError
-from smart_replay.errors import WouldBlockError
-from smart_replay.errors import WriteFailedError
-from smart_replay.core.dataset import ReplayInfo
-from smart_replay.manager import ReplayBufferManager
-from smart_replay.core.observer import TrajectoryObserver
-from smart_replay.core.tables import TableConfig
+_ERRORS = ('BufferInUseError', 'CheckpointCorruptError',
+           'CheckpointExistsError', 'CheckpointNotFoundError',
+           'ForeignCheckpointError', 'CheckpointWriteError',
+           'ManagerStateError', 'ManifestMismatchError', 'MissingExtraError',
+           'PrefillWouldBlockError', 'ServerUnavailableError',
+           'SmartReplayError', 'TrajectorySpecError', 'WaitTimeoutError',
+           'WouldBlockError', 'WriteFailedError')
+# Public name -> the module that defines it.
+_EXPORTS = {
+    **{name: 'smart_replay.errors' for name in _ERRORS},
+    'ReplayInfo': 'smart_replay.core.dataset',
+    'ReplayBufferManager': 'smart_replay.manager',
+    'TrajectoryObserver': 'smart_replay.core.observer',
+    'TableConfig': 'smart_replay.core.tables',
+}
+
+
+def __getattr__(name):
+  """Loads a public name on first use (PEP 562)."""
+  if name not in _EXPORTS:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  value = getattr(importlib.import_module(_EXPORTS[name]), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_EXPORTS))
+
 
 __version__ = '0.1.0'
 

@@ -9,6 +9,7 @@ the work is done so the exit code stays what it should be.
 import re
 import signal
 import sys
+import traceback
 from typing import Any, Callable, Iterable, Optional, Tuple
 
 from absl import logging
@@ -94,7 +95,7 @@ def as_flags(message: str, names: Iterable[str]) -> str:
 
 
 def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
-                  flag_names: Iterable[str] = ()
+                  flag_names: Iterable[str] = (), verbose: bool = False
                   ) -> Tuple[Optional[Any], Optional[int], StopRequest]:
   """Runs `work(stop)` with SIGINT/SIGTERM turned into a `StopRequest`.
 
@@ -104,6 +105,7 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
     quit_message: printed to stderr when a second signal quits at once.
     flag_names: arguments of `work`'s library call that are flags of the
       binary; error messages name them as flags (see `as_flags`).
+    verbose: print the traceback of a bad-input error before its line.
 
   Returns:
     `(result, exit_code, stop)`: `exit_code` is None when `work` returned
@@ -117,9 +119,13 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
   try:
     return work(stop), None, stop
   except (ValueError, errors.SmartReplayError) as e:
+    if verbose:
+      traceback.print_exc()
     print(f'error: {as_flags(str(e), flag_names)}', file=sys.stderr)
     return None, EXIT_BAD_INPUT, stop
   except OSError as e:
+    if verbose:
+      traceback.print_exc()
     where = f'cannot use {e.filename!r}: ' if e.filename else ''
     print(f'error: {where}{as_flags(str(e.strerror or e), flag_names)}',
           file=sys.stderr)
