@@ -77,6 +77,8 @@ def normalize_argv(argv: Sequence[str], known: Sequence[str]) -> List[str]:
     if arg.startswith('--') and '-' in arg[2:].split('=', 1)[0]:
       name, sep, value = arg[2:].partition('=')
       underscored = name.replace('-', '_')
+      if underscored.startswith('no_') and underscored[3:] in known:
+        underscored = 'no' + underscored[3:]  # --no-overwrite
       bare = underscored[2:] if underscored.startswith('no') else underscored
       if underscored in known or bare in known:
         arg = f'--{underscored}{sep}{value}'
@@ -199,8 +201,9 @@ def parse_gin(files: Sequence[str], bindings: Sequence[str]) -> None:
       raise BadInput(f'--gin_file={name!r}: {e}') from e
   try:
     gin.parse_config_files_and_bindings(paths, bindings)
-  except (ValueError, KeyError, SyntaxError, TypeError, OSError,
-          ImportError) as e:
+  except Exception as e:  # pylint: disable=broad-except
+    # Gin raises ValueError, KeyError, SyntaxError, tokenize.TokenError,
+    # ImportError, ... for a bad file or binding: all are bad input.
     reason = ' '.join(str(e).split())
     raise BadInput(f'bad gin config ({type(e).__name__}): {reason}') from e
 
