@@ -31,6 +31,7 @@ from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay import errors
 from smart_replay.core import packing
+from smart_replay.core import progress_log
 
 
 class StoredItem(NamedTuple):
@@ -246,14 +247,20 @@ class CheckpointReader:
     """
     steps: Dict[Tuple[int, int], List[np.ndarray]] = {}
     episodes: Dict[int, None] = {}  # Insertion order of the episodes.
-    for item in self.items(table):
-      if item.squeezed:
-        raise ValueError(f'table {table!r} has single-step (squeezed) '
-                         'columns; pieces need items of steps.')
-      for position, step in enumerate(item.steps):
-        episodes.setdefault(step[0])
-        if step not in steps:
-          steps[step] = [c[position] for c in item.columns]
+    with progress_log.ProgressLog('read', self.tables().get(table, 0),
+                                  'items') as progress:
+      count = 0
+      for count, item in enumerate(self.items(table), 1):
+        if item.squeezed:
+          raise ValueError(f'table {table!r} has single-step (squeezed) '
+                           'columns; pieces need items of steps.')
+        for position, step in enumerate(item.steps):
+          episodes.setdefault(step[0])
+          if step not in steps:
+            steps[step] = [c[position] for c in item.columns]
+        if count % 1024 == 0:
+          progress.update(count)
+      progress.update(count)
     by_episode = collections.defaultdict(list)
     for episode_id, index in sorted(steps):
       by_episode[episode_id].append(index)

@@ -10,6 +10,7 @@ import portpicker
 import reverb
 
 from smart_replay import errors
+from smart_replay.core import restore_progress
 
 # Tries at starting a server on a port picked here before giving up.
 START_ATTEMPTS = 3
@@ -144,10 +145,11 @@ def _start_once(make_tables, port: int, checkpoint_root: str,
     ValueError: if gRPC cannot bind the port ('Failed to BuildAndStart').
     WaitTimeoutError: if the server does not answer (it is stopped).
   """
-  server = reverb.Server(
-      list(make_tables()), port=port,
-      checkpointer=reverb.checkpointers.DefaultCheckpointer(
-          checkpoint_root, fallback_checkpoint_path=fallback_checkpoint))
+  with restore_progress.restoring(fallback_checkpoint):
+    server = reverb.Server(
+        list(make_tables()), port=port,
+        checkpointer=reverb.checkpointers.DefaultCheckpointer(
+            checkpoint_root, fallback_checkpoint_path=fallback_checkpoint))
   client = reverb.Client(f'localhost:{server.port}')
   try:
     server_info(client, connect_timeout_s)

@@ -27,7 +27,7 @@ from smart_replay import manager as manager_lib
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 from smart_replay.tools import export
-from smart_replay.tools import progress_log
+from smart_replay.core import progress_log
 
 # Beside the TFDS files (never named dataset_info.json: that one is TFDS's):
 # what an exact import of our own export needs.
@@ -135,6 +135,7 @@ def write_rlds(source: str, output_dir: str, *, table: Optional[str] = None,
     episodes += 1
     steps += piece.num_steps
     progress.update(episodes)
+  progress.close()
   writer.close()
   config = next(t for t in manifest['tables'] if t['name'] == table)
   info = {'format': SIDECAR_FORMAT, 'source_checkpoint': path, 'table': table,
@@ -305,6 +306,7 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
         index += 1
       observer.end_episode()  # Episodes (and exported pieces) never join.
       progress.update(index)
+    progress.close()
     observer.flush()
     if info is not None:
       table = info['table']

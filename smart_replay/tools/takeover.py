@@ -25,7 +25,7 @@ from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
-from smart_replay.tools import progress_log
+from smart_replay.core import progress_log
 
 
 
@@ -218,5 +218,6 @@ def _write_items(client: reverb.Client, items: List[Any], *, table: str,
       progress.update(index + 1)
     writer.flush(timeout_ms=600_000)
   finally:
+    progress.close()
     writer.close()
   return len(order)

@@ -1,10 +1,10 @@
-"""Tests for smart_replay.tools.progress_log."""
+"""Tests for smart_replay.core.progress_log."""
 
 import logging
 
 import pytest
 
-from smart_replay.tools import progress_log
+from smart_replay.core import progress_log
 
 pytestmark = pytest.mark.unit
 
@@ -21,3 +21,11 @@ def test_a_line_names_count_rate_and_eta_and_waits_its_interval(caplog):
   message = caplog.records[-1].getMessage()
   assert message.startswith('import: 25/100 items, ')
   assert ' items/s, ETA ' in message and message.endswith(' s')
+
+
+def test_a_bar_counts_and_closes(capsys):
+  with progress_log.ProgressLog('export', 10, 'episodes', bar=True) as bar:
+    bar.update(4)
+    bar.update(10)
+  shown = capsys.readouterr().err
+  assert 'export' in shown and '10/10' in shown
