@@ -17,7 +17,7 @@ stored (the message says which); 130 interrupted (nothing is written).
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
-native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -70,7 +70,8 @@ def main(argv):
           f'{result.sequence_length} per item) of table {result.table!r} '
           f'from {result.source} into {result.checkpoint}')
   _, exit_code, _ = cli.run_stoppable(
-      work, verbose=FLAGS.verbose, quit_message='Interrupted: nothing was imported.',
+      work, verbose=FLAGS.verbose,
+ quit_message='Interrupted: nothing was imported.',
       flag_names=('source', 'checkpoint_dir', 'table', 'table_name',
                   'capacity', 'layout', 'overwrite'))
   return exit_code or 0

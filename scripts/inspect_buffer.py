@@ -15,7 +15,7 @@ server, or bad flags (the message says which).
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
-native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import json
 import os
@@ -100,7 +100,8 @@ def main(argv):
     raise app.UsageError('give one buffer directory, checkpoint folder, '
                          f'data set or host:port; got {argv[1:]}')
   _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1], stop),
-                                      verbose=FLAGS.verbose, quit_message='Interrupted.',
+                                      verbose=FLAGS.verbose,
+                                      quit_message='Interrupted.',
                                       flag_names=('overwrite', 'table'))
   return exit_code or 0
 

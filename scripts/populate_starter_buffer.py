@@ -24,7 +24,7 @@ CI); --quiet shows warnings and errors only.
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
-native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -86,7 +86,8 @@ def main(argv):
       lambda stop: populate.populate_starter_buffer(
           buffer_name=FLAGS.buffer_name, show_progress=binary.show_progress(),
           stop_requested=stop, **given),
-      verbose=FLAGS.verbose, quit_message='Quit without a final checkpoint; the last completed '
+      verbose=FLAGS.verbose,
+      quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint loads, and --resume continues from it.',
       flag_names=_OPTIONAL)
   if exit_code is not None:

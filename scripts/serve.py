@@ -22,7 +22,7 @@ checkpoint (the last completed one stays loadable).
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
-native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
@@ -64,7 +64,8 @@ def main(argv):
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, stop_requested=stop,
           ready=lambda line: print(line, flush=True)),
-      verbose=FLAGS.verbose, quit_message='Quit without a final checkpoint; the last completed '
+      verbose=FLAGS.verbose,
+      quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint is resumed on the next start.')
   if exit_code is not None:
     return exit_code

@@ -19,7 +19,7 @@ SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
-native_logs.install(sys.argv)  # first: quiets TensorFlow's and Reverb's C++ logs
+native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses
 import json
@@ -81,7 +81,8 @@ def main(argv):
       lambda stop: training.train_from_starter(
           starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
           stop_requested=stop, **given),
-      verbose=FLAGS.verbose, quit_message='Quit without a final checkpoint; --resume continues from '
+      verbose=FLAGS.verbose,
+      quit_message='Quit without a final checkpoint; --resume continues from '
       'the last paired checkpoint.',
       flag_names=_OPTIONAL)
   if exit_code is not None:

@@ -160,7 +160,8 @@ class _DropPortpickerInfo(std_logging.Filter):
   """Drops portpicker's INFO line at every Reverb server stop."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    return record.module != 'portpicker' or record.levelno >= std_logging.WARNING
+    return (record.module != 'portpicker' or
+            record.levelno >= std_logging.WARNING)
 
 
 def _set_up_logging() -> None:
