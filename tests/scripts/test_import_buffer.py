@@ -34,4 +34,4 @@ def test_imports_and_refuses_with_the_flag_named(tmp_path, data_spec):
   assert missing.returncode == 2
   assert 'no complete Reverb checkpoint at' in missing.stderr
   typo = _import(tmp_path, '--sourse=original')
-  assert typo.returncode == 1 and 'Did you mean: source' in typo.stderr
+  assert typo.returncode == 2 and 'Did you mean: source' in typo.stderr
