@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -164,17 +165,25 @@ def test_progress_bar_is_not_broken_by_log_lines(tmp_path):
 
 def test_wheel_ships_the_configs(tmp_path):
   """A wheel holds configs/*.gin; --gin_file=<name> finds them there."""
+  # The source tree (under Bazel, this file is a symlink in the runfiles).
   root = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
+      os.path.realpath(__file__))))
   wheel_dir, target = tmp_path / 'wheel', tmp_path / 'site'
+  # A copy of the sources: pip builds in the source tree, whose build/ may
+  # hold modules of an older checkout.
+  source = tmp_path / 'source'
+  shutil.copytree(root, source, ignore=shutil.ignore_patterns(
+      '.venv', '.git', 'build', 'dist', '*.egg-info', 'bazel-*', '__pycache__',
+      'demo_output', 'benchmark_results', 'starter_buffers', 'runs'))
   built = _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps',
-                '--no-build-isolation', '-q', '-w', str(wheel_dir), root],
-               cwd=tmp_path, timeout=600)
+                '--no-build-isolation', '-q', '-w', str(wheel_dir),
+                str(source)], cwd=tmp_path, timeout=600)
   assert built.returncode == 0, built.stderr[-3000:]
   wheel, = wheel_dir.glob('smart_replay-*.whl')
   import zipfile  # pylint: disable=g-import-not-at-top
   names = zipfile.ZipFile(wheel).namelist()
   assert 'smart_replay_configs/populate_thermal.gin' in names, names
+  assert 'smart_replay/apps/binary.py' in names, names
   installed = _run([sys.executable, '-m', 'pip', 'install', '--no-deps', '-q',
                     '--target', str(target), str(wheel)], cwd=tmp_path)
   assert installed.returncode == 0, installed.stderr[-3000:]
