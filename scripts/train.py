@@ -10,7 +10,10 @@ Examples:
 Capacity, sequence length and spec come from the starter's manifest, the
 environment from its provenance; the starter is only read. The run writes
 <run_dir>/buffer, <run_dir>/agent (paired checkpoints), <run_dir>/train
-(TensorBoard) and <run_dir>/result.json.
+(TensorBoard: TF-Agents' collect metrics, the agent's and the buffer's
+scalars), <run_dir>/eval (TensorBoard: the greedy return) and
+<run_dir>/result.json. Progress: a bar on a terminal, a log line every 10 s
+otherwise.
 
 Exit codes: 0 done; 2 bad input or an existing run; 128 + signal number after
 SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
@@ -47,8 +50,11 @@ flags.DEFINE_integer('batch_size', 64, 'Training batch size.', lower_bound=1)
 flags.DEFINE_integer('checkpoint_every', 500,
                      'Train steps between paired checkpoints.', lower_bound=1)
 flags.DEFINE_integer('seed', 0, 'Seed.')
-flags.DEFINE_integer('eval_episodes', 5, 'Greedy evaluation episodes.',
+flags.DEFINE_integer('eval_episodes', 5, 'Greedy evaluation episodes (at '
+                     'the end, and every --eval_interval train steps).',
                      lower_bound=0)
+flags.DEFINE_integer('eval_interval', 0, 'Train steps between evaluations '
+                     '(0: only at the end).', lower_bound=0)
 flags.DEFINE_boolean('resume', False, 'Continue run_dir from its newest pair.')
 flags.DEFINE_boolean('overwrite', False, 'Replace an existing run.')
 flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
@@ -58,7 +64,7 @@ flags.mark_flags_as_required(['starter_dir', 'run_dir'])
 
 _OPTIONAL = ('agent', 'env', 'num_train_steps', 'collect_steps_per_iteration',
              'train_steps_per_iteration', 'batch_size', 'checkpoint_every',
-             'seed', 'eval_episodes', 'resume', 'overwrite')
+             'seed', 'eval_episodes', 'eval_interval', 'resume', 'overwrite')
 
 
 def main(argv):
@@ -80,7 +86,8 @@ def main(argv):
   result, exit_code, stop = cli.run_stoppable(
       lambda stop: training.train_from_starter(
           starter_dir=FLAGS.starter_dir, run_dir=FLAGS.run_dir,
-          stop_requested=stop, **given),
+          show_progress=binary.show_progress(), stop_requested=stop,
+          **given),
       verbose=FLAGS.verbose,
       quit_message='Quit without a final checkpoint; --resume continues from '
       'the last paired checkpoint.',

@@ -12,37 +12,43 @@ Run layout::
 
     <run_dir>/buffer/   the run's replay buffer (checkpoints with train_step)
     <run_dir>/agent/    agent checkpoints ckpt-<train_step>
-    <run_dir>/train/    TensorBoard summaries: the agent's and buffer/*
+    <run_dir>/train/    TensorBoard: the agent's summaries, TF-Agents' collect
+                        metrics (Metrics/AverageReturn, AverageEpisodeLength,
+                        EnvironmentSteps, NumberOfEpisodes,
+                        EnvironmentStepsPerSecond), train_steps_per_sec and
+                        the buffer's scalars (buffer/*, see telemetry)
+    <run_dir>/eval/     TensorBoard: the greedy policy's Metrics/AverageReturn
+                        and AverageEpisodeLength at each evaluation
 """
 
 import dataclasses
 import os
-import time
 from typing import Callable, Optional
 
 from absl import logging
 import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.metrics import py_metrics
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.train import actor
-from tf_agents.train import interval_trigger
 from tf_agents.train import learner
 from tf_agents.train.utils import train_utils
 
 from smart_replay.apps import agents
+from smart_replay.apps import train_progress
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.core import checks
 from smart_replay.core import specs
+from smart_replay.telemetry import summaries
 from smart_replay.tools import provenance
 
 BUFFER_DIR = 'buffer'
 AGENT_DIR = 'agent'
 SUMMARY_DIR = 'train'
+EVAL_DIR = 'eval'
 
 
 @dataclasses.dataclass
@@ -70,52 +76,6 @@ class TrainResult:
   greedy_return: Optional[float]
   checkpoint: paired_checkpoint.Pair
   interrupted: bool
-
-
-class BufferSummaries:
-  """A Learner trigger writing the buffer's stats as TensorBoard scalars.
-
-  It writes at its first call, then once `interval` train steps have passed
-  since the last write (or when forced).
-
-  Args:
-    manager: the started buffer manager.
-    summary_dir: where the event file goes (beside the agent's summaries).
-    interval: train steps between summaries.
-  """
-
-  def __init__(self, manager: manager_lib.ReplayBufferManager,
-               summary_dir: str, interval: int):
-    self._manager = manager
-    self._writer = tf.summary.create_file_writer(summary_dir)
-    self._step = None  # The step being written.
-    # Started an interval before step 0, so the first call writes.
-    self._trigger = interval_trigger.IntervalTrigger(
-        interval, self._write, start=-interval)
-
-  def __call__(self, train_step: int, force_trigger: bool = False) -> None:
-    """Writes buffer/{items,inserts,samples,episodes,env_steps} at a step.
-
-    Args:
-      train_step: the current train step.
-      force_trigger: write regardless of the interval.
-    """
-    self._step = int(train_step)
-    if force_trigger:
-      self._trigger.set_start(self._step)
-      self._write()
-    else:
-      self._trigger(self._step)
-
-  def _write(self) -> None:
-    stats = self._manager.stats()
-    table = next(iter(stats['tables'].values()))
-    with self._writer.as_default():
-      for name in ('items', 'inserts', 'samples', 'episodes'):
-        tf.summary.scalar(f'buffer/{name}', table[name], step=self._step)
-      tf.summary.scalar('buffer/env_steps', stats['env_steps'],
-                        step=self._step)
-    self._writer.flush()
 
 
 def _starter_env(starter_dir: str) -> str:
@@ -152,6 +112,42 @@ def greedy_return(policy, env, episodes: int) -> float:
   return float(np.mean(returns))
 
 
+class _Evaluation:
+  """Runs the greedy policy for some episodes; TF-Agents' eval metrics.
+
+  Each call runs `episodes` episodes on a fresh evaluation environment and
+  writes `Metrics/AverageReturn` and `Metrics/AverageEpisodeLength` at the
+  current train step into `summary_dir`.
+  """
+
+  def __init__(self, env_name, seed, tf_agent, train_step, *, episodes,
+               summary_dir):
+    self._metrics = actor.eval_metrics(buffer_size=max(episodes, 1))
+    self._actor = actor.Actor(
+        env_factory.make_environment(env_name, seed=seed + 1),
+        py_tf_eager_policy.PyTFEagerPolicy(tf_agent.policy,
+                                           use_tf_function=True),
+        train_step, episodes_per_run=max(episodes, 1),
+        metrics=self._metrics, summary_dir=summary_dir,
+        summary_interval=0  # Written by __call__, once per evaluation.
+    ) if episodes else None
+    self._episodes = episodes
+
+  def __call__(self) -> Optional[float]:
+    if self._actor is None:
+      return None
+    for metric in self._metrics:
+      metric.reset()
+    self._actor.reset()
+    self._actor.run()
+    self._actor.write_metric_summaries()
+    self._actor.summary_writer.flush()
+    value = float(self._metrics[0].result())
+    logging.info('Greedy return over %d episodes at train step %d: %.2f',
+                 self._episodes, int(self._actor.train_step.numpy()), value)
+    return value
+
+
 @gin.configurable(denylist=['stop_requested'])
 def train_from_starter(
     *, starter_dir: str, run_dir: str, agent: str = 'auto',
@@ -160,7 +156,8 @@ def train_from_starter(
     train_steps_per_iteration: int = 100, batch_size: int = 64,
     checkpoint_every: int = 500, resume: bool = False,
     overwrite: bool = False, seed: int = 0, eval_episodes: int = 5,
-    log_every_s: float = 10.0,
+    eval_interval: int = 0, log_every_s: float = 10.0,
+    show_progress: bool = False,
     stop_requested: Optional[Callable[[], bool]] = None) -> TrainResult:
   """Trains an agent from a starter buffer; resumable from a matching pair.
 
@@ -177,8 +174,13 @@ def train_from_starter(
     resume: continue `run_dir` from its newest agent/buffer pair.
     overwrite: replace an existing run instead of refusing.
     seed: environment and TF seed.
-    eval_episodes: greedy evaluation episodes at the end (0 to skip).
-    log_every_s: seconds between progress log lines.
+    eval_episodes: greedy evaluation episodes at the end (0 to skip), and
+      every `eval_interval` train steps; written to `<run_dir>/eval`.
+    eval_interval: train steps between evaluations during the run (0: only
+      at the end).
+    log_every_s: seconds between progress log lines (without a bar).
+    show_progress: draw a progress bar (train steps with rate and ETA, env
+      steps, episodes, recent return) instead of log lines.
     stop_requested: polled between iterations; True stops after a final
       checkpoint.
 
@@ -203,6 +205,10 @@ def train_from_starter(
                       ('batch_size', batch_size),
                       ('checkpoint_every', checkpoint_every)):
     checks.positive(name, value, integer=True)
+  if isinstance(eval_interval, bool) or not isinstance(eval_interval, int) or (
+      eval_interval < 0):
+    raise ValueError('eval_interval must be a non-negative integer (0: '
+                     f'evaluate at the end only), got {eval_interval!r}.')
   if resume and overwrite:
     raise ValueError('resume and overwrite exclude each other.')
   run_dir = os.path.abspath(run_dir)
@@ -256,15 +262,19 @@ def train_from_starter(
     collected_before = observer.num_items
 
     summary_dir = os.path.join(run_dir, SUMMARY_DIR)
-    average_return = py_metrics.AverageReturnMetric(buffer_size=10)
+    # TF-Agents' standard collect metrics, written by the Actor to train/.
+    collect_metrics = actor.collect_metrics(buffer_size=10)
     collect = actor.Actor(
         environment,
         py_tf_eager_policy.PyTFEagerPolicy(tf_agent.collect_policy,
                                            use_tf_function=True),
         train_step, steps_per_run=collect_steps_per_iteration,
-        observers=[observer, average_return])
-    buffer_summaries = BufferSummaries(manager, summary_dir,
-                                       interval=train_steps_per_iteration)
+        observers=[observer], metrics=collect_metrics,
+        summary_dir=summary_dir,
+        summary_interval=train_steps_per_iteration)
+    episodes, env_steps, average_return, _ = collect_metrics
+    buffer_summaries = summaries.BufferSummaries(
+        manager, summary_dir=summary_dir, interval=train_steps_per_iteration)
     trainer = learner.Learner(
         run_dir, train_step, tf_agent,
         experience_dataset_fn=lambda: manager.get_dataset(
@@ -279,39 +289,37 @@ def train_from_starter(
       paired.set_start(pair.train_step)
       logging.info('Resumed %s at train step %d with %d buffer items.',
                    run_dir, pair.train_step, manager.num_frames())
+    evaluate = _Evaluation(env_name, seed, tf_agent, train_step,
+                           episodes=eval_episodes,
+                           summary_dir=os.path.join(run_dir, EVAL_DIR))
 
     interrupted = False
-    started, start_step = time.monotonic(), int(train_step.numpy())
-    last_log = started
-    while int(train_step.numpy()) < num_train_steps:
-      if stop_requested is not None and stop_requested():
-        interrupted = True
-        break
-      collect.run()
-      remaining = num_train_steps - int(train_step.numpy())
-      loss = trainer.run(iterations=min(train_steps_per_iteration, remaining))
-      now = time.monotonic()
-      if now - last_log >= log_every_s or int(
-          train_step.numpy()) >= num_train_steps:
-        last_log = now
+    progress = train_progress.TrainProgress(
+        total=num_train_steps, start=int(train_step.numpy()), env_steps=0,
+        show_progress=show_progress, log_every_s=log_every_s,
+        summary_writer=collect.summary_writer)
+    try:
+      while int(train_step.numpy()) < num_train_steps:
+        if stop_requested is not None and stop_requested():
+          interrupted = True
+          break
+        collect.run()
+        remaining = num_train_steps - int(train_step.numpy())
+        loss = trainer.run(iterations=min(train_steps_per_iteration,
+                                          remaining))
         step = int(train_step.numpy())
-        logging.info(
-            'train step %d/%d, %.1f train steps/s, buffer %d items, recent '
-            'return %.2f, loss %.4f', step, num_train_steps,
-            (step - start_step) / max(now - started, 1e-9),
-            manager.num_frames(), float(average_return.result()),
-            float(loss.loss))
+        progress.update(step=step, env_steps=int(env_steps.result()),
+                        episodes=int(episodes.result()),
+                        recent_return=float(average_return.result()),
+                        items=manager.num_frames(), loss=float(loss.loss))
+        if eval_interval and step % eval_interval < train_steps_per_iteration:
+          evaluate()
+    finally:
+      progress.close()
     last = paired.save()
     buffer_summaries(int(train_step.numpy()), force_trigger=True)
-    greedy = None
-    if eval_episodes:
-      eval_env = env_factory.make_environment(env_name, seed=seed + 1)
-      greedy = greedy_return(
-          py_tf_eager_policy.PyTFEagerPolicy(tf_agent.policy,
-                                             use_tf_function=True),
-          eval_env, eval_episodes)
-      logging.info('Greedy return over %d episodes: %.2f', eval_episodes,
-                   greedy)
+    collect.write_metric_summaries()
+    greedy = evaluate() if eval_episodes else None
     result = TrainResult(
         run_dir=run_dir, train_step=int(train_step.numpy()),
         resumed_from=pair.train_step if pair else None,

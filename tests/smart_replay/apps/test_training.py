@@ -135,3 +135,55 @@ def test_resume_keeps_the_target_network(cartpole_starter, tmp_path):
 def test_bad_arguments(cartpole_starter, tmp_path, kwargs, match):
   with pytest.raises(ValueError, match=match):
     _train(cartpole_starter, tmp_path / 'run', **kwargs)
+
+
+def _scalars(directory):
+  """`{tag: {step: value}}` of every event file under `directory`."""
+  found = {}
+  for path in glob.glob(os.path.join(str(directory), 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        number = (value.simple_value if value.HasField('simple_value') else
+                  float(tf.make_ndarray(value.tensor)))
+        found.setdefault(value.tag, {})[event.step] = number
+  return found
+
+
+def test_tensorboard_holds_tf_agents_collect_and_eval_metrics(
+    cartpole_starter, tmp_path):
+  result = _train(cartpole_starter, tmp_path / 'run', eval_episodes=2,
+                  eval_interval=100)
+  train = _scalars(tmp_path / 'run' / 'train')
+  for tag in ('Metrics/AverageReturn', 'Metrics/AverageEpisodeLength',
+              'Metrics/EnvironmentSteps', 'Metrics/NumberOfEpisodes',
+              'Metrics/EnvironmentStepsPerSecond', 'train_steps_per_sec',
+              'buffer/items', 'buffer/sample_to_insert_ratio',
+              'buffer/insert_blocked_s'):
+    assert tag in train, sorted(train)
+  # Collect metrics are written at train steps; env steps only grow.
+  env_steps = train['Metrics/EnvironmentSteps']
+  assert max(env_steps) == 200 and max(env_steps.values()) >= 200
+  evaluations = _scalars(tmp_path / 'run' / 'eval')
+  returns = evaluations['Metrics/AverageReturn']
+  assert set(returns) == {100, 200}, returns  # every 100 steps, and the end
+  assert returns[200] == pytest.approx(result.greedy_return)
+  assert 'Metrics/AverageEpisodeLength' in evaluations
+
+
+def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
+  _train(cartpole_starter, tmp_path / 'bar', num_train_steps=100,
+         show_progress=True)
+  shown = capsys.readouterr().err
+  assert 'train' in shown and '100/100' in shown and 'env_steps=' in shown
+  with caplog.at_level('INFO'):
+    _train(cartpole_starter, tmp_path / 'lines', num_train_steps=100,
+           log_every_s=0.0)
+  lines = [r.getMessage() for r in caplog.records
+           if r.getMessage().startswith('train step ')]
+  assert lines and '100/100' in lines[-1] and 'env steps' in lines[-1]
+  assert 'ETA' in lines[0]
+
+
+def test_eval_interval_is_checked(cartpole_starter, tmp_path):
+  with pytest.raises(ValueError, match='eval_interval.*-1'):
+    _train(cartpole_starter, tmp_path / 'run', eval_interval=-1)

@@ -1,0 +1,132 @@
+"""The buffer's statistics as TensorBoard scalars.
+
+`buffer_scalars(manager)` turns `manager.stats()` into flat scalars named
+`buffer/<name>` (the first table, and buffer-wide counts) and
+`buffer/<table>/<name>` (every table, when there are several):
+
+- `items`, `inserts`, `samples`: what the table holds, and the rate
+  limiter's completed inserts and samples (Reverb counts samples a dataset
+  prefetched);
+- `sample_to_insert_ratio`: samples / inserts so far (0 before any insert);
+- `insert_blocked_s`, `sample_blocked_s`: how long inserting / sampling has
+  been blocked by the rate limiter right now, and `insert_wait_total_s`,
+  `sample_wait_total_s`: Reverb's total time callers waited;
+- `max_priority` (prioritized tables): the largest priority given so far,
+  which new items get. Reverb 0.14 has no way to read the priorities of
+  stored items without sampling them (which changes the counts) or
+  checkpointing, so the distribution is not summarized;
+- `env_steps`, `episodes`: steps and finished episodes written through the
+  buffer's observers.
+"""
+
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+from tf_agents.train import interval_trigger
+
+_TABLE_FIELDS = ('items', 'inserts', 'samples')
+_LIMITER_FIELDS = (('insert_blocked_s', 'insert_blocked_for_s'),
+                   ('sample_blocked_s', 'sample_blocked_for_s'),
+                   ('insert_wait_total_s', 'insert_wait_total_s'),
+                   ('sample_wait_total_s', 'sample_wait_total_s'))
+
+
+def buffer_scalars(manager: Any) -> Dict[str, float]:
+  """The buffer's scalars, by TensorBoard tag.
+
+  Args:
+    manager: a started `ReplayBufferManager` (local or client mode).
+
+  Returns:
+    `{tag: value}`; see the module docstring for the tags.
+  """
+  stats = manager.stats()
+  tables = stats['tables']
+  scalars = {'buffer/env_steps': float(stats['env_steps']),
+             'buffer/episodes': float(stats['episodes'])}
+  for index, (name, table) in enumerate(tables.items()):
+    values = {field: float(table[field]) for field in _TABLE_FIELDS}
+    values['sample_to_insert_ratio'] = (
+        table['samples'] / table['inserts'] if table['inserts'] else 0.0)
+    limiter = table.get('rate_limiter', {})
+    for tag, key in _LIMITER_FIELDS:
+      if limiter.get(key) is not None:
+        values[tag] = float(limiter[key])
+    if table.get('max_priority') is not None:
+      values['max_priority'] = float(table['max_priority'])
+    prefixes = (['buffer'] if index == 0 else []) + (
+        [f'buffer/{name}'] if len(tables) > 1 else [])
+    for prefix in prefixes:
+      scalars.update({f'{prefix}/{k}': v for k, v in values.items()})
+  return scalars
+
+
+def write_buffer_summaries(manager: Any, step: Any) -> Dict[str, float]:
+  """Writes the buffer's scalars into the default summary writer.
+
+  Args:
+    manager: a started `ReplayBufferManager`.
+    step: the step to write them at (an int or a `tf.Variable`).
+
+  Returns:
+    The scalars written, by tag.
+  """
+  scalars = buffer_scalars(manager)
+  for tag, value in scalars.items():
+    tf.summary.scalar(tag, value, step=step)
+  return scalars
+
+
+class BufferSummaries:
+  """A TF-Agents Learner trigger that writes the buffer's scalars.
+
+  It writes at its first call, then once `interval` train steps have passed
+  since the last write, or when forced (`force_trigger=True`, which the
+  Learner passes at its last step).
+
+  Args:
+    manager: a started `ReplayBufferManager`.
+    summary_dir: where the event file goes (usually beside the agent's
+      summaries, `<root_dir>/train`); None writes into the default writer
+      current at each call.
+    interval: train steps between writes.
+
+  Raises:
+    ValueError: if `interval` is not a positive integer.
+  """
+
+  def __init__(self, manager: Any, *, summary_dir: Optional[str],
+               interval: int):
+    if isinstance(interval, bool) or not isinstance(interval, int) or (
+        interval < 1):
+      raise ValueError(f'interval must be a positive integer, got '
+                       f'{interval!r}.')
+    self._manager = manager
+    self._writer = (tf.summary.create_file_writer(summary_dir)
+                    if summary_dir is not None else None)
+    self._step = 0
+    # Started an interval before step 0, so that the first call writes.
+    self._trigger = interval_trigger.IntervalTrigger(
+        interval, self._write, start=-interval)
+
+  def __call__(self, train_step: Any, force_trigger: bool = False) -> None:
+    """Writes the scalars if the interval passed (or if forced).
+
+    Args:
+      train_step: the current train step (an int or a tensor).
+      force_trigger: write regardless of the interval.
+    """
+    self._step = int(train_step)
+    if force_trigger:
+      self._trigger.set_start(self._step)
+      self._write()
+    else:
+      self._trigger(self._step)
+
+  def _write(self) -> None:
+    if self._writer is None:
+      write_buffer_summaries(self._manager, self._step)
+      return
+    with self._writer.as_default():
+      write_buffer_summaries(self._manager, self._step)
+    self._writer.flush()
