@@ -2,7 +2,7 @@ r"""Serves a replay buffer to actors and learners in other processes or machines
 
 Examples:
   smart-replay-serve --spec_file=buffer/spec.pbtxt --checkpoint_dir=buffer \
-      --port=8000 --gin_file=serve.gin
+      --port=8000 --gin_file=serve.gin --metrics_port=9090
   smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
 
 The spec file is the agent's `collect_data_spec`, saved with
@@ -12,7 +12,9 @@ and `ReplayServer` bindings; see configs/serve.gin). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
 
 Reverb and the control service (port + 1) listen on all interfaces with no
-authentication: keep them on loopback, a private network or a tunnel.
+authentication: keep them on loopback, a private network or a tunnel. The
+Prometheus endpoint (--metrics_port) binds to 127.0.0.1 unless --metrics_host
+says otherwise.
 
 Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config;
 128 + signal number if a second SIGINT/SIGTERM quit without the final
@@ -38,6 +40,12 @@ flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
                      'port + 1).', lower_bound=1, upper_bound=65534)
+flags.DEFINE_integer('metrics_port', None, 'Serve Prometheus metrics at '
+                     'http://<metrics_host>:<port>/metrics (0: a free port).',
+                     lower_bound=0, upper_bound=65535)
+flags.DEFINE_string('metrics_host', '127.0.0.1', 'Address of the metrics '
+                    "endpoint ('0.0.0.0' for a Prometheus on another "
+                    'machine).')
 flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
                           'of a shipped config (repeatable).')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
@@ -62,7 +70,8 @@ def main(argv):
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
-          port=FLAGS.port, stop_requested=stop,
+          port=FLAGS.port, metrics_port=FLAGS.metrics_port,
+          metrics_host=FLAGS.metrics_host, stop_requested=stop,
           ready=lambda line: print(line, flush=True)),
       verbose=FLAGS.verbose,
       quit_message='Quit without a final checkpoint; the last completed '

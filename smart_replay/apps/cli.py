@@ -86,6 +86,9 @@ def as_flags(message: str, names: Iterable[str]) -> str:
   Returns:
     The message as a command-line user reads it.
   """
+  # Gin appends where a configurable was called; the binary's user did not
+  # call it.
+  message = re.sub(r'\n\s*In call to configurable [^\n]*', '', message)
   for name in names:
     unflagged = rf'(?<![\w-]){re.escape(name)}='
     message = re.sub(unflagged + r'True\b', f'--{name}', message)

@@ -11,11 +11,14 @@ import gin
 
 from smart_replay import manager as manager_lib
 from smart_replay.core import specs
+from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
 
 
-@gin.configurable
+@gin.configurable(denylist=['stop_requested', 'ready'])
 def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
+          metrics_port: Optional[int] = None,
+          metrics_host: str = '127.0.0.1',
           stop_requested: Callable[[], bool],
           ready: Callable[[str], None] = print) -> Optional[str]:
   """Loads a spec file and serves its buffer until asked to stop.
@@ -29,6 +32,10 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
     checkpoint_dir: the buffer directory (created or resumed).
     port: the Reverb port; the control service uses `port + 1` unless
       `ReplayServer.control_port` is bound.
+    metrics_port: serve Prometheus metrics at
+      `http://<metrics_host>:<metrics_port>/metrics` (see `metrics`); 0
+      picks a free port; None: no metrics endpoint.
+    metrics_host: the address the metrics endpoint binds.
     stop_requested: polled; once true, a final checkpoint is written.
     ready: called with one line giving the addresses once serving.
 
@@ -44,12 +51,23 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
       data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port)
   server = replay_server.ReplayServer(manager)
   server.start()
+  endpoint = None
   try:
+    if metrics_port is not None:
+      endpoint = metrics.MetricsEndpoint(server, port=metrics_port,
+                                         host=metrics_host)
     ready(f'Serving {[c.name for c in manager.table_configs]} at '
           f'{server.address} (Reverb; control at port {server.control_port}); '
           f'on this machine: localhost:{server.port}. Checkpoints in '
-          f'{manager.checkpoint_dir}.')
+          f'{manager.checkpoint_dir}.' +
+          (f' Metrics at {endpoint.url}.' if endpoint else ''))
   except BaseException:
+    if endpoint is not None:
+      endpoint.close()
     server.close(final_checkpoint=False)
     raise
-  return server.serve_until(stop_requested)
+  try:
+    return server.serve_until(stop_requested)
+  finally:
+    if endpoint is not None:
+      endpoint.close()

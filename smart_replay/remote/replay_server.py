@@ -205,6 +205,11 @@ class ReplayServer:
     return self._restart_loss
 
   @property
+  def schedule(self) -> schedule_lib.CheckpointSchedule:
+    """The checkpoint schedule: the last checkpoint, its time, failures."""
+    return self._schedule
+
+  @property
   def last_checkpoint(self) -> Optional[str]:
     """The newest checkpoint written or resumed (None before the first)."""
     return self._schedule.last_checkpoint
@@ -235,11 +240,11 @@ class ReplayServer:
     """
     started = time.monotonic()
     path = self._manager.checkpoint(extra=extra)
-    counts = schedule_lib.saved_counts(path)
+    counts, done = schedule_lib.saved_counts(path), time.monotonic()
     with self._lock:  # Control threads and the poll loop both get here.
-      self._schedule.record(path, counts, time.monotonic())
+      self._schedule.record(path, counts, done, duration_s=done - started)
     logging.info('Checkpoint %s (%s) in %.1f s: %s inserts, %s samples in all.',
-                 path, reason, time.monotonic() - started, *counts)
+                 path, reason, done - started, *counts)
     return path
 
   def poll(self) -> Optional[str]:

@@ -63,6 +63,8 @@ class CheckpointSchedule:
     last_checkpoint: the newest checkpoint written or restored, or None.
     last_counts: `(inserts, samples)` it holds.
     last_time: `time.monotonic()` when it was written (or serving began).
+    last_duration_s: how long the last checkpoint written took, or None.
+    written: checkpoints written since serving began.
     failing_since: `(monotonic time of the first failure, message of the
       latest)` while scheduled checkpoints fail, else None.
     retry_at: when a failed scheduled checkpoint may be tried again.
@@ -89,12 +91,15 @@ class CheckpointSchedule:
     self.last_checkpoint = None
     self.last_counts = None
     self.last_time = None
+    self.last_duration_s = None
+    self.written = 0
     self.failing_since = None
     self.retry_at = 0.0
     # When items were first inserted after the last checkpoint (None: none).
     self._unsaved_since = None
 
-  def record(self, path: str, counts: Counts, now: float) -> None:
+  def record(self, path: str, counts: Counts, now: float, *,
+             duration_s: Optional[float] = None) -> None:
     """Takes note of a checkpoint written now.
 
     A checkpoint older than the newest one known (two writers racing) only
@@ -104,10 +109,14 @@ class CheckpointSchedule:
       path: the checkpoint folder.
       counts: `(inserts, samples)` it holds.
       now: `time.monotonic()`.
+      duration_s: how long writing it took; None for a resumed one.
     """
     if self.last_checkpoint is None or path > self.last_checkpoint:
       self.last_checkpoint, self.last_counts = path, counts
     self.last_time = now
+    if duration_s is not None:
+      self.last_duration_s = duration_s
+      self.written += 1
 
   def holds(self, counts: Counts) -> bool:
     """Tells whether the last checkpoint holds these counters.

@@ -202,3 +202,43 @@ def test_wheel_ships_the_configs(tmp_path):
       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
       check=False)
   assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_serve_exports_prometheus_metrics(tmp_path):
+  """`smart-replay-serve --metrics_port=0` answers a scrape; SIGTERM stops."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import urllib.request  # pylint: disable=g-import-not-at-top
+  import portpicker  # pylint: disable=g-import-not-at-top
+  from smart_replay.core import specs  # pylint: disable=g-import-not-at-top
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
+  port = portpicker.pick_unused_port()
+  while not portpicker.is_port_free(port + 1):
+    port = portpicker.pick_unused_port()
+  log_path = tmp_path / 'serve.log'
+  with open(log_path, 'w') as log:
+    process = subprocess.Popen(
+        [os.path.join(BIN, 'smart-replay-serve'), f'--spec_file={spec_file}',
+         f'--checkpoint_dir={tmp_path / "buffer"}', f'--port={port}',
+         '--gin_file=serve.gin', '--metrics-port=0'], stdout=log, stderr=subprocess.STDOUT,
+        cwd=tmp_path)
+  try:
+    deadline, url = time.monotonic() + 120, None
+    while url is None:
+      match = re.search(r'Metrics at (http://\S+/metrics)', log_path.read_text())
+      if match:
+        url = match.group(1)
+      assert process.poll() is None, log_path.read_text()
+      assert time.monotonic() < deadline, log_path.read_text()
+      time.sleep(0.2)
+    with urllib.request.urlopen(url, timeout=30) as response:
+      text = response.read().decode()
+    assert 'smart_replay_up 1.0' in text
+    assert 'smart_replay_table_items{table="experience"} 0.0' in text
+    assert 'smart_replay_checkpoint_failing 0.0' in text
+  finally:
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(120)
+  assert code == 0, log_path.read_text()
+  assert not NATIVE_INFO.search(log_path.read_text()), log_path.read_text()
