@@ -93,14 +93,9 @@ def main(argv):
   if exit_code is not None:
     return exit_code
   if result.interrupted:
-    print(f'Interrupted: saved {result.steps} of {result.total_steps} steps '
-          f'({result.items} items) in {result.checkpoint}. Continue with '
-          '--resume.', file=sys.stderr)
+    print(result.summary(), file=sys.stderr)
     return cli.interrupted_exit_code(stop)
-  print(f'Populated {result.buffer_dir}: {result.steps} steps, '
-        f'{result.episodes} episodes, {result.runs} runs, {result.items} '
-        f'items.\n  checkpoint: {result.checkpoint}\n  provenance: '
-        f'{result.provenance}')
+  print(result.summary())
   return 0
 
 

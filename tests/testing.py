@@ -59,6 +59,11 @@ class Recorder:
   def __call__(self, trajectory):
     self.steps.append(tree.map_structure(np.array, trajectory))
 
+  @property
+  def env_steps(self):
+    """Recorded steps that are not episode boundaries, per environment."""
+    return int(sum(np.sum(np.asarray(s.step_type) != 2) for s in self.steps))
+
 
 def expected_items(steps, sequence_length, stride_length=1):
   """Items a correct observer makes from `steps`: windows within one episode.

@@ -59,6 +59,23 @@ class PopulateResult:
   interrupted: bool
   provenance: str
 
+  def summary(self) -> str:
+    """What the populate command prints, in the words inspect uses.
+
+    Returns:
+      'Populated DIR: N env steps, E finished episodes, ...' or, for an
+      interrupted run, 'Interrupted: collected N of T requested env steps'.
+    """
+    if self.interrupted:
+      return (f'Interrupted: collected {self.steps:,} of {self.total_steps:,} '
+              f'requested env steps ({self.items:,} items) in '
+              f'{self.checkpoint}. The directory keeps the requested total '
+              'in its name; continue with --resume.')
+    return (f'Populated {self.buffer_dir}: {self.steps:,} env steps, '
+            f'{self.episodes:,} finished episodes, {self.runs} runs, '
+            f'{self.items:,} items.\n  checkpoint: {self.checkpoint}\n'
+            f'  provenance: {self.provenance}')
+
 
 def derived_seed(seed: int, session: int) -> int:
   """Returns the seed for session `session` of a buffer seeded with `seed`.

@@ -17,8 +17,14 @@ class Counters:
   Integer fields count over all tables; dict fields count per table name.
 
   Attributes:
-    steps: steps written (one per environment with `num_envs`).
-    episodes: episodes that ended with a LAST step.
+    steps: steps written (one per environment with `num_envs`), episode
+      boundaries (TF-Agents' LAST -> FIRST trajectories) included: what the
+      buffer stores.
+    env_steps: the steps that are not boundaries: the environment
+      transitions taken, as TF-Agents' `EnvironmentSteps` metric and a
+      driver's `max_steps` count them. The buffer's `env_steps`.
+    episodes: episodes that ended (their boundary step was written), as
+      TF-Agents' `NumberOfEpisodes` counts them. The buffer's `episodes`.
     items: items created, per table.
     short_episodes: episodes (or pieces cut by a reset) too short for the
       shortest sequence table's item.
@@ -35,6 +41,7 @@ class Counters:
     reconnects: times the server came back while a write waited for it.
   """
   steps: int = 0
+  env_steps: int = 0
   episodes: int = 0
   items: Dict[str, int] = dataclasses.field(default_factory=dict)
   short_episodes: int = 0

@@ -158,6 +158,8 @@ class StreamPlan:
     self.window_steps += 1
     self.total_steps += 1
     self._counters.steps += 1
+    if step_type != LAST:  # A boundary is no environment transition.
+      self._counters.env_steps += 1
     for config in self._sequence_tables:
       if config.cross_episodes:
         available, position = self.window_steps, self.total_steps

@@ -30,8 +30,10 @@ class Reporting:
 
     It counts what the server holds: an observer sends a stream's items when
     their chunk (`chunk_length` steps) is complete, at each episode end and
-    on `flush()`, so call `flush()` first for a count that includes the
-    steps just written.
+    on `flush()` (a checkpoint flushes). Items written into a chunk still
+    open are not counted yet; `stats()['tables'][name]['items_written']`
+    counts them. Call `flush()` first for a count that includes the steps
+    just written (it sends the open chunks early).
 
     Returns:
       The items in the first table.

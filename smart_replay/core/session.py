@@ -264,8 +264,12 @@ class Session:
       obs.flush()
 
   def env_steps(self) -> int:
-    """Env steps written through the buffer, with those of a loaded one."""
-    return self.steps_offset + sum(o.num_steps for o in self.observers)
+    """Env steps written through the buffer, with those of a loaded one.
+
+    Boundary steps are not counted (see `counters.Counters.env_steps`).
+    """
+    return self.steps_offset + sum(o.live_counters.env_steps
+                                   for o in self.observers)
 
   def episodes(self) -> int:
     """Finished episodes likewise."""

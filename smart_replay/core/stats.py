@@ -118,8 +118,8 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   The result::
 
     {'tables': {name: {
-         'kind', 'items', 'max_size', 'inserts', 'samples', 'episodes',
-         'unique_samples',
+         'kind', 'items', 'items_written', 'max_size', 'inserts',
+         'samples', 'episodes', 'unique_samples',
          'mean_times_sampled',   # samples / inserts
          'rate_limiter': {'type', 'can_insert', 'can_sample',
                           'inserts_before_blocking',
@@ -134,7 +134,12 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
      'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
      'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
 
-  `items` is what the server holds: one per window (sequence tables) or
+  `items` is what the server holds now (what `num_frames()` returns);
+  `items_written` counts the items this process's observers created since
+  they were made, including those still waiting in an open chunk (sent
+  when the chunk is complete, at an episode end or on `flush()`), so
+  `items` can lag `items_written` until a flush or checkpoint. `items`
+  is one per window (sequence tables) or
   episode (episode tables), and for tables of packed items one per block of
   `block_length` steps, holding up to `windows_per_block` windows (fewer at
   episode ends and flushes): their `max_size` is Reverb's, in blocks;
@@ -146,11 +151,14 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   their chunk is complete, at episode ends and on `flush()`; this never
   waits on a blocked table). `inserts`/`samples` are the rate limiter's
   counters (Reverb counts samples prefetched by a dataset); `episodes` per
-  table is Reverb's count, which includes the episode in progress.
+  table is Reverb's count of the episodes its items come from, the one in
+  progress included.
   `*_blocked_for_s` is how long inserting / sampling has been blocked,
   measured from the first look that saw it blocked (0 when not blocked);
   `*_wait_total_s` is Reverb's total. `env_steps` / `episodes` count the
-  steps and finished episodes written through the buffer's observers
+  environment steps (episode boundaries not included: TF-Agents'
+  `EnvironmentSteps`) and finished episodes (`NumberOfEpisodes`) written
+  through the buffer's observers
   (carried over from a loaded checkpoint; in client mode, this process's
   observers only); `lost_steps` / `lost_items` count what observers could
   not store because the server stayed unreachable longer than
@@ -177,6 +185,8 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   for config in configs:
     stats = tables[config.name]
     stats['kind'] = config.kind
+    stats['items_written'] = sum(o.items_per_table.get(config.name, 0)
+                                 for o in observers)
     stats['mean_times_sampled'] = (stats['samples'] / stats['inserts']
                                    if stats['inserts'] else 0.0)
     state = limiter.limiter_state(config, info[config.name])

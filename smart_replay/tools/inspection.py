@@ -221,6 +221,19 @@ def _spec_tree(leaves: List[Dict[str, Any]]) -> List[str]:
   return lines
 
 
+def _collection_state(provenance) -> List[str]:
+  """One line saying whether a populated buffer holds what was asked."""
+  if not provenance or 'total_steps_requested' not in provenance:
+    return []
+  done = provenance.get('steps_collected', 0)
+  wanted = provenance['total_steps_requested']
+  if provenance.get('complete', done >= wanted):
+    return [f'  collected {done:,} of {wanted:,} requested steps (complete)']
+  return [f'  INTERRUPTED: collected {done:,} of {wanted:,} requested steps '
+          '(the directory is named after the requested total); continue with '
+          'smart-replay-populate --resume']
+
+
 def format_text(description: Dict[str, Any]) -> str:
   """Renders `describe()`'s dict for a terminal.
 
@@ -239,13 +252,16 @@ def format_text(description: Dict[str, Any]) -> str:
                f"{d['layout']}")
   if d['env_steps'] is not None:
     lines.append(f"  env steps {d['env_steps']:,}, episodes "
-                 f"{d['episodes']:,}")
+                 f"{d['episodes']:,} (finished)")
+  lines += _collection_state(d['provenance'])
   lines.append('Tables:')
   for name, t in d['tables'].items():
     lines.append(
         f"  {name}: {t['kind']}, {t['sampler']} sampler, {t['remover']} "
-        f"remover, {t['size']:,}/{t['capacity']:,} {t['unit']}, episodes "
-        f"{t['episodes']}, inserts {t['inserts']}, samples {t['samples']}, "
+        f"remover, {t['size']:,}/{t['capacity']:,} {t['unit']}"
+        + ('' if t['episodes'] is None else
+           f" from {t['episodes']} episodes (Reverb's count: the unfinished "
+           'one included)') + f", inserts {t['inserts']}, samples {t['samples']}, "
         f"rate limiter {t['rate_limiter']}")
   lines.append('Spec:')
   lines += _spec_tree(d['spec'])

@@ -36,7 +36,7 @@ def test_console_script_with_hyphenated_flags(tmp_path):
                  '--num-runs', '3', f'--output_dir={tmp_path}', '--quiet'])
   assert result.returncode == 0, result.stderr[-3000:]
   buffer_dir = tmp_path / 'office_seq2_300steps'
-  assert f'Populated {buffer_dir}: 300 steps' in result.stdout
+  assert f'Populated {buffer_dir}: 300 env steps' in result.stdout
   record = json.loads((buffer_dir / 'provenance.json').read_text())
   assert record['steps_collected'] == 300 and record['runs_completed'] == 3
   with _load(str(buffer_dir)) as manager:
@@ -99,8 +99,9 @@ def test_a_signal_writes_a_final_checkpoint_and_exits_non_zero(tmp_path,
   process.send_signal(signum)
   _, stderr = process.communicate(timeout=120)
   assert process.returncode == 128 + signum
-  assert 'Interrupted: saved' in stderr and '--resume' in stderr
-  saved = int(stderr.split('Interrupted: saved ')[1].split()[0])
+  assert 'Interrupted: collected' in stderr and '--resume' in stderr
+  saved = int(stderr.split('Interrupted: collected ')[1].split()[0].replace(
+      ',', ''))
   with _load(str(buffer_dir)) as manager:
     assert manager.loaded_manifest['extra']['populate']['steps'] == saved
     record = json.loads((buffer_dir / 'provenance.json').read_text())
@@ -121,7 +122,7 @@ def test_a_second_signal_quits_at_once_and_the_buffer_still_loads(tmp_path):
   # right either way. StopRequest's own test covers the quit itself.
   assert process.returncode == 128 + signal.SIGTERM
   assert ('Quit without a final checkpoint' in stderr or
-          'Interrupted: saved' in stderr)
+          'Interrupted: collected' in stderr)
   with _load(str(buffer_dir)) as manager:
     assert manager.loaded_manifest['extra']['populate']['steps'] >= 576
 
@@ -138,7 +139,7 @@ def test_resume_through_the_command_reaches_the_total(tmp_path):
   assert process.returncode == 128 + signal.SIGINT
   resumed = _run(args + ['--resume'])
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert f'Populated {buffer_dir}: 1728 steps' in resumed.stdout
+  assert f'Populated {buffer_dir}: 1,728 env steps' in resumed.stdout
   record = json.loads((buffer_dir / 'provenance.json').read_text())
   assert record['steps_collected'] == 1728 and record['complete']
   assert len(record['sessions']) == 2

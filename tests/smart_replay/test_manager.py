@@ -48,7 +48,7 @@ def test_round_trip_actor_checkpoint_close_load(make_manager, tmp_path):
   assert fresh.num_frames() == replay_buffer.num_frames() == len(want_items)
   assert testing.sample_all_items(fresh) == before  # Same keys, same content.
   stats = fresh.stats()
-  assert stats['env_steps'] == len(record.steps)
+  assert stats['env_steps'] == record.env_steps
   assert stats['episodes'] == sum(bool(s.is_boundary()) for s in record.steps)
   # Writing continues after a load, and counts carry on.
   testing.run_actor(observer, 20, seed=3)
@@ -64,7 +64,7 @@ def test_counts_mean_what_they_say(make_manager):
   stats = manager.stats()
   table = stats['tables']['experience']
   assert manager.num_frames() == table['items'] == items == table['inserts']
-  assert stats['env_steps'] == len(record.steps)
+  assert stats['env_steps'] == record.env_steps
   assert stats['episodes'] == sum(bool(s.is_boundary()) for s in record.steps)
   assert table['max_size'] == 1000 and table['samples'] == 0
   next(iter(manager.get_dataset(batch_size=8)))
@@ -470,7 +470,7 @@ def test_clear_empties_and_older_checkpoint_still_loads(make_manager):
   stats = manager.stats()
   assert stats['env_steps'] == 0 and stats['tables']['experience']['inserts'] == 0
   record = _write(manager, 10, seed=2)  # Writing after clear works.
-  assert manager.stats()['env_steps'] == len(record.steps)
+  assert manager.stats()['env_steps'] == record.env_steps
   manager.close()
   fresh = make_manager()
   fresh.load_replay_buffer()

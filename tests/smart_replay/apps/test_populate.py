@@ -220,3 +220,28 @@ def test_bad_arguments_are_named(tmp_path, kwargs, match):
   with pytest.raises(ValueError, match=match):
     _populate(tmp_path, **kwargs)
   assert not os.listdir(tmp_path)  # Nothing was created.
+
+
+def test_counts_agree_in_summary_provenance_stats_and_inspect(tmp_path):
+  """One definition per count: env steps exclude episode boundaries."""
+  from smart_replay.tools import inspection  # pylint: disable=g-import-not-at-top
+  result = populate.populate_starter_buffer(
+      buffer_name='cp', output_dir=str(tmp_path), env='gymnasium:CartPole-v1',
+      policy='random', steps_per_run=300, num_runs=2, show_progress=False)
+  assert result.episodes > 5  # CartPole episodes end: boundaries were seen
+  record = json.loads(open(result.provenance).read())
+  assert record['steps_collected'] == record['env_steps_written'] == 600
+  assert record['episodes_collected'] == result.episodes
+  description = inspection.describe(result.buffer_dir)
+  assert description['env_steps'] == 600
+  assert description['episodes'] == result.episodes
+  text = inspection.format_text(description)
+  assert f'env steps 600, episodes {result.episodes} (finished)' in text
+  assert 'collected 600 of 600 requested steps (complete)' in text
+  assert result.summary().startswith(
+      f'Populated {result.buffer_dir}: 600 env steps, {result.episodes} '
+      'finished episodes, 2 runs, ')
+  with _load(result.buffer_dir) as manager:
+    stats = manager.stats()
+    assert stats['env_steps'] == 600 and stats['episodes'] == result.episodes
+    assert manager.num_frames() == result.items == record['items']

@@ -37,7 +37,7 @@ def test_items_are_the_windows_of_each_episode(make_manager, sequence_length,
   assert manager.num_frames() == len(want) > 0
   got = testing.sample_all_items(manager)
   assert collections.Counter(got.values()) == collections.Counter(want)
-  assert manager.stats()['env_steps'] == len(record.steps)
+  assert manager.stats()['env_steps'] == record.env_steps
 
 
 def test_items_never_straddle_episodes(make_manager):
@@ -109,7 +109,7 @@ def test_bad_dtype_is_rejected_before_writing(make_manager, env):
   assert 'expected dtype float32' in message and 'received dtype float64' in message
   observer.flush()
   assert manager.num_frames() == before
-  assert manager.stats()['env_steps'] == len(record.steps)
+  assert manager.stats()['env_steps'] == record.env_steps
   # The table is not poisoned: it still samples, and writing goes on.
   trajectory, _ = next(iter(manager.get_dataset(batch_size=4)))
   assert trajectory.observation['temperature'].dtype.name == 'float32'
@@ -262,7 +262,7 @@ def test_batched_observer_equals_one_observer_per_environment(make_manager,
     for i, obs in enumerate(observers):
       obs(tree.map_structure(lambda a: a[i], step))  # pylint: disable=cell-var-from-loop
   single.flush()
-  written = 4 * len(recorder.steps)
+  written = recorder.env_steps  # 4 environments per recorded step
   assert batched.stats()['env_steps'] == written, len(recorder.steps)
   assert single.stats()['env_steps'] == written
   lengths = set()
@@ -517,3 +517,19 @@ def test_an_end_of_episode_that_timed_out_is_ended_before_the_next_step(
   want = [testing.item_fingerprint(i)
           for i in testing.expected_items(steps[:7], 2)]
   assert sorted(first + second) == sorted(want)
+
+
+def test_items_written_count_the_open_chunk(make_manager):
+  """num_frames() counts what the server holds; items_written what was
+  written, the open chunk included; a checkpoint flushes, nothing changes."""
+  manager = make_manager(chunk_length=64)
+  _, observer = manager.create_replay_buffer()
+  env = testing.make_env(max_duration=1000)  # one long episode
+  record = testing.run_actor(observer, 40, env=env)
+  stats = manager.stats()['tables']['experience']
+  want = len(testing.expected_items(record.steps, 2))
+  assert stats['items_written'] == want
+  assert manager.num_frames() < want  # still in the open chunk
+  manager.checkpoint()
+  stats = manager.stats()['tables']['experience']
+  assert manager.num_frames() == stats['items_written'] == want
