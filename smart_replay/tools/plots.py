@@ -236,6 +236,7 @@ def _panels(data: BufferData) -> List[Tuple[str, Callable[[Any], str]]]:
     if data.returns.size:
       axis.plot(np.arange(data.returns.size), data.returns, 'o-',
                 markersize=3, linewidth=0.8, color='tab:green')
+      axis.xaxis.get_major_locator().set_params(integer=True)
     else:
       axis.text(0.5, 0.5, 'no whole episode stored', ha='center',
                 va='center', transform=axis.transAxes)
