@@ -156,18 +156,40 @@ class _AboveBars:
     return self._stream.isatty()
 
 
-class _DropPortpickerInfo(std_logging.Filter):
-  """Drops portpicker's INFO line at every Reverb server stop."""
+# Python log lines of the libraries below that say nothing to a user of the
+# binaries (shown with --verbose).
+KNOWN_NOISE = (
+    # TensorFlow's deprecation notices about its own internals.
+    'is deprecated and will be removed in a future version',
+    # tf_agents' Learner when its own checkpointing is off: the binaries
+    # save the agent with the buffer (PairedCheckpointer).
+    'checkpointing the training process is manually disabled',
+    # ... and the Learner's look for checkpoints of its own (there are none:
+    # <run_dir>/agent holds them).
+    'No checkpoint available at',
+    # tensorflow_datasets about the dtypes rlds itself declares.
+    'You use TensorFlow DType',
+)
+
+
+class _DropNoise(std_logging.Filter):
+  """Drops `KNOWN_NOISE` lines and portpicker's INFO line (at every Reverb
+  server stop)."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    return (record.module != 'portpicker' or
-            record.levelno >= std_logging.WARNING)
+    if record.module == 'portpicker' and record.levelno < std_logging.WARNING:
+      return False
+    message = record.getMessage()
+    return not any(noise in message for noise in KNOWN_NOISE)
 
 
 def _set_up_logging() -> None:
   handler = logging.get_absl_handler()
   handler.python_handler.stream = _AboveBars(sys.stderr)
-  handler.addFilter(_DropPortpickerInfo())
+  if not FLAGS.verbose:
+    handler.addFilter(_DropNoise())
+    # TensorFlow's logger also prints through a handler of its own.
+    std_logging.getLogger('tensorflow').addFilter(_DropNoise())
   if FLAGS.quiet and not FLAGS['verbosity'].present:
     # absl raised the default to INFO after parsing: --quiet lowers it.
     logging.set_verbosity(logging.WARNING)
