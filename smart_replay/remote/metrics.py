@@ -37,22 +37,27 @@ from prometheus_client import core as prometheus_core
 
 from smart_replay import errors
 
-_TABLE_GAUGES = (('items', 'items', 'Items the table holds.'),
-                 ('max_items', 'max_size', 'The table\'s capacity, in items.'))
-_TABLE_COUNTERS = (('inserts', 'inserts', 'Inserts completed (the rate '
-                    'limiter\'s count).'),
-                   ('samples', 'samples', 'Samples completed (the rate '
-                    'limiter\'s count; a dataset\'s prefetch included).'))
-_LIMITER = (('insert_blocked_seconds', 'insert_blocked_for_s', 'gauge',
-             'How long inserts have been blocked by the rate limiter (0 when '
-             'not blocked).'),
-            ('sample_blocked_seconds', 'sample_blocked_for_s', 'gauge',
-             'How long samples have been blocked by the rate limiter (0 when '
-             'not blocked).'),
-            ('insert_wait_seconds', 'insert_wait_total_s', 'counter',
-             'Total time inserts waited on the rate limiter.'),
-            ('sample_wait_seconds', 'sample_wait_total_s', 'counter',
-             'Total time samples waited on the rate limiter.'))
+# (metric name, kind, where stats() has it, help text), per table.
+_TABLE_METRICS = (
+    ('items', 'gauge', ('items',), 'Items the table holds.'),
+    ('max_items', 'gauge', ('max_size',), "The table's capacity, in items."),
+    ('inserts', 'counter', ('inserts',),
+     "Inserts completed (the rate limiter's count)."),
+    ('samples', 'counter', ('samples',), "Samples completed (the rate "
+     "limiter's count; a dataset's prefetch included)."),
+    ('insert_blocked_seconds', 'gauge',
+     ('rate_limiter', 'insert_blocked_for_s'), 'How long inserts have been '
+     'blocked by the rate limiter (0 when not blocked).'),
+    ('sample_blocked_seconds', 'gauge',
+     ('rate_limiter', 'sample_blocked_for_s'), 'How long samples have been '
+     'blocked by the rate limiter (0 when not blocked).'),
+    ('insert_wait_seconds', 'counter',
+     ('rate_limiter', 'insert_wait_total_s'),
+     'Total time inserts waited on the rate limiter.'),
+    ('sample_wait_seconds', 'counter',
+     ('rate_limiter', 'sample_wait_total_s'),
+     'Total time samples waited on the rate limiter.'),
+)
 
 
 def reverb_connections(port: int) -> Optional[int]:
@@ -120,25 +125,14 @@ class _Collector:
 
 
 def _table_families(tables: Any) -> Iterator[Any]:
-  for name, key, text in _TABLE_GAUGES:
-    family = prometheus_core.GaugeMetricFamily(
-        f'smart_replay_table_{name}', text, labels=['table'])
-    for table, values in tables.items():
-      family.add_metric([table], values[key])
-    yield family
-  for name, key, text in _TABLE_COUNTERS:
-    family = prometheus_core.CounterMetricFamily(
-        f'smart_replay_table_{name}', text, labels=['table'])
-    for table, values in tables.items():
-      family.add_metric([table], values[key])
-    yield family
-  for name, key, kind, text in _LIMITER:
+  for name, kind, keys, text in _TABLE_METRICS:
     make = (prometheus_core.GaugeMetricFamily if kind == 'gauge' else
             prometheus_core.CounterMetricFamily)
-    family = make(f'smart_replay_table_{name}', text, labels=['table'],
-                  unit='')
-    for table, values in tables.items():
-      value = values['rate_limiter'].get(key)
+    family = make(f'smart_replay_table_{name}', text, labels=['table'])
+    for table, stats in tables.items():
+      value = stats
+      for key in keys:  # e.g. stats['rate_limiter']['insert_wait_total_s']
+        value = value.get(key) if value is not None else None
       if value is not None:
         family.add_metric([table], float(value))
     yield family
