@@ -115,8 +115,8 @@ def greedy_return(policy, env, episodes: int) -> float:
 class _Evaluation:
   """Runs the greedy policy for some episodes; TF-Agents' eval metrics.
 
-  Each call runs `episodes` episodes on a fresh evaluation environment and
-  writes `Metrics/AverageReturn` and `Metrics/AverageEpisodeLength` at the
+  Each call resets the evaluation environment (seeded `seed + 1`), runs
+  `episodes` episodes and writes `Metrics/AverageReturn` and `Metrics/AverageEpisodeLength` at the
   current train step into `summary_dir`.
   """
 
@@ -251,7 +251,8 @@ def train_from_starter(
       manager.load_replay_buffer(starter_dir, overwrite=overwrite)
       # Only once the new buffer is up. The Learner restores from its own
       # train/checkpoints when built, so the old run's must go too.
-      for old in (agent_dir, os.path.join(run_dir, SUMMARY_DIR)):
+      for old in (agent_dir, os.path.join(run_dir, SUMMARY_DIR),
+                  os.path.join(run_dir, EVAL_DIR)):
         if overwrite and tf.io.gfile.exists(old):
           tf.io.gfile.rmtree(old)
     paired = paired_checkpoint.PairedCheckpointer(
