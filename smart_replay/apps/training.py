@@ -317,7 +317,7 @@ def train_from_starter(
           evaluate()
     finally:
       progress.close()
-    last = paired.save()
+    last = paired.save_unless_saved()
     buffer_summaries(int(train_step.numpy()), force_trigger=True)
     collect.write_metric_summaries()
     greedy = evaluate() if eval_episodes else None

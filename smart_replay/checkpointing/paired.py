@@ -199,6 +199,7 @@ class PairedCheckpointer:
         self._checkpoint, agent_dir,
         max_to_keep=keep or manager.keep_checkpoints + 1)
     self._saved = None  # What the trigger's last save returned.
+    self.last_saved: Optional[Pair] = None  # The newest pair saved.
     # Counts the interval from the current step (0 for a new run); the
     # Learner also calls set_start() when it is built.
     self._trigger = interval_trigger.IntervalTrigger(
@@ -245,7 +246,24 @@ class PairedCheckpointer:
     agent_path = self._agent_manager.save(checkpoint_number=step)
     self._trigger.set_start(step)
     logging.info('Saved the buffer and the agent at train step %d.', step)
-    return Pair(step, buffer_path, agent_path)
+    self.last_saved = Pair(step, buffer_path, agent_path)
+    return self.last_saved
+
+  def save_unless_saved(self) -> Pair:
+    """Saves a pair unless the newest one is at the current train step.
+
+    A run's final save calls it: when the last step is a multiple of
+    `interval`, the trigger has just saved that step, and a second pair of
+    the same step would use up a kept checkpoint (and drop the buffer
+    partner of an older agent checkpoint).
+
+    Returns:
+      The pair at the current train step.
+    """
+    step = int(self._train_step.numpy())
+    if self.last_saved is not None and self.last_saved.train_step == step:
+      return self.last_saved
+    return self.save()
 
   def restore_agent(self, pair: Pair) -> None:
     """Restores the agent side of `pair` (the buffer is loaded separately).

@@ -187,3 +187,16 @@ def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
 def test_eval_interval_is_checked(cartpole_starter, tmp_path):
   with pytest.raises(ValueError, match='eval_interval.*-1'):
     _train(cartpole_starter, tmp_path / 'run', eval_interval=-1)
+
+
+def test_one_final_pair_when_the_last_step_is_a_checkpoint_step(
+    cartpole_starter, tmp_path):
+  """200 steps, a pair every 100: the final save must not repeat step 200."""
+  from smart_replay.checkpointing import paired  # pylint: disable=g-import-not-at-top
+  _train(cartpole_starter, tmp_path / 'run')
+  buffer_steps = paired.buffer_checkpoints(str(tmp_path / 'run' / 'buffer'))
+  agent_steps = paired.agent_checkpoints(str(tmp_path / 'run' / 'agent'))
+  # keep_checkpoints=2: the two newest buffer checkpoints, at 100 and 200,
+  # each with its agent partner (a repeated 200 would have dropped 100).
+  assert sorted(buffer_steps) == [100, 200], buffer_steps
+  assert set(buffer_steps) <= set(agent_steps)
