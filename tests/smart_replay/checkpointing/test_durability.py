@@ -174,8 +174,9 @@ def test_py_client_checkpoint_is_the_managers(tmp_path):
   path = replay_buffer.py_client.checkpoint()  # The original tool's call.
   manager.close()
   assert checkpoints.checkpoint_number(path) == 1
+  # Each episode's last step is a boundary: no environment step.
   assert checkpoints.verify(path)['counts']['env_steps'] == (
-      worker.STEPS_PER_ROUND)
+      worker.STEPS_PER_ROUND - worker.EPISODES_PER_ROUND)
   again = worker.make_manager(buffer_dir)
   again.load_replay_buffer()
   assert again.loaded_checkpoint == path
