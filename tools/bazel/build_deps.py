@@ -187,7 +187,10 @@ def build_files(root: str) -> Dict[str, str]:
       own = _label(path)
       deps = sorted({_label(modules[m]) for m in _imports(
           os.path.join(root, path), modules,
-          named_in_strings=path.startswith('tests' + os.sep))} - {own})
+          # Tests name modules that child processes import; the package's
+          # __init__ names the modules its public names load lazily.
+          named_in_strings=path.startswith('tests' + os.sep) or
+          path == os.path.join('smart_replay', '__init__.py'))} - {own})
       deps = [d for d in deps if not d.startswith('//scripts')]
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})

@@ -175,7 +175,7 @@ def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
          show_progress=True)
   shown = capsys.readouterr().err
   assert 'train' in shown and '100/100' in shown and 'env_steps=' in shown
-  with caplog.at_level('INFO'):
+  with caplog.at_level('INFO', logger='absl'):
     _train(cartpole_starter, tmp_path / 'lines', num_train_steps=100,
            log_every_s=0.0)
   lines = [r.getMessage() for r in caplog.records

@@ -6,8 +6,8 @@ from smart_replay.core import counters as counters_lib
 
 pytestmark = pytest.mark.unit
 
-_KEYS = ['steps', 'episodes', 'items', 'short_episodes', 'short_episode_steps',
-         'long_episodes', 'dropped_episodes', 'lost_steps', 'lost_items',
+_KEYS = ['steps', 'env_steps', 'episodes', 'items', 'short_episodes',
+         'short_episode_steps', 'long_episodes', 'dropped_episodes', 'lost_steps', 'lost_items',
          'lost_at_restart', 'reconnects']
 
 
