@@ -4,8 +4,10 @@ The public API::
 
     from smart_replay import ReplayBufferManager, TableConfig
 
-Everything else (`smart_replay.core.specs`, `.tables`, `.server`, `.observer`,
-`.dataset`, `.checkpoints`, `.manifest`) is importable for advanced use.
+TensorBoard scalars of a buffer: `smart_replay.telemetry`. Everything else
+(`smart_replay.core.*`, `.checkpointing.*`, `.tools.*`, `.remote.*`) is
+importable for advanced use. The public names load on first use, so `import
+smart_replay` does not load TensorFlow.
 """
 
 import importlib
