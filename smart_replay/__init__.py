@@ -4,9 +4,9 @@ The public API::
 
     from smart_replay import ReplayBufferManager, TableConfig
 
-TensorBoard scalars of a buffer: `smart_replay.telemetry`. Everything else
-(`smart_replay.core.*`, `.checkpointing.*`, `.tools.*`, `.remote.*`) is
-importable for advanced use. The public names load on first use, so `import
+TensorBoard scalars of a buffer: the `telemetry` subpackage. Everything else
+(the `core`, `checkpointing`, `tools` and `remote` subpackages) is importable
+for advanced use. The public names load on first use, so `import
 smart_replay` does not load TensorFlow.
 """
 
