@@ -27,6 +27,7 @@ from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import factory as policy_factory
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import checks
+from smart_replay.core import counters
 from smart_replay.tools import provenance
 
 # Where buffers of a name are found; importable from here too.
@@ -40,12 +41,13 @@ class PopulateResult:
   Attributes:
     buffer_dir: the starter buffer's directory.
     checkpoint: the newest checkpoint folder (None if nothing was saved).
-    steps: policy steps collected in total (the Actor's count, boundary steps
-      excluded), including earlier sessions of a resumed buffer.
-    total_steps: steps requested (`steps_per_run * num_runs`).
-    episodes: episodes finished in total.
+    steps: env steps collected in total (see `smart_replay.core.counters`:
+      boundary steps excluded), including earlier sessions of a resumed
+      buffer.
+    total_steps: env steps requested (`steps_per_run * num_runs`).
+    episodes: finished episodes in total.
     runs: runs completed in total.
-    items: items in the buffer's table.
+    items: items in the buffer's table (`num_frames()`).
     interrupted: True if a stop was requested before the total was reached.
     provenance: path of the provenance file.
   """
@@ -62,18 +64,25 @@ class PopulateResult:
   def summary(self) -> str:
     """What the populate command prints, in the words inspect uses.
 
+    The counts are defined in `smart_replay.core.counters`; the second line
+    is `provenance.collection_state`, as inspect prints it.
+
     Returns:
-      'Populated DIR: N env steps, E finished episodes, ...' or, for an
-      interrupted run, 'Interrupted: collected N of T requested env steps'.
+      'Populated DIR: N env steps, E finished episodes, I items, R runs.'
+      or, for an interrupted run, 'Interrupted: collected N env steps, ...
+      in DIR.', then 'complete: ...' / 'interrupted: N of T requested env
+      steps (...)', the checkpoint and the provenance file, one a line.
     """
-    if self.interrupted:
-      return (f'Interrupted: collected {self.steps:,} of {self.total_steps:,} '
-              f'requested env steps ({self.items:,} items) in '
-              f'{self.checkpoint}. The directory keeps the requested total '
-              'in its name; continue with --resume.')
-    return (f'Populated {self.buffer_dir}: {self.steps:,} env steps, '
-            f'{self.episodes:,} finished episodes, {self.runs} runs, '
-            f'{self.items:,} items.\n  checkpoint: {self.checkpoint}\n'
+    counts = counters.format_counts(env_steps=self.steps,
+                                    episodes=self.episodes, items=self.items)
+    state = provenance.collection_state({
+        'env_steps': self.steps, 'requested_env_steps': self.total_steps,
+        'complete': self.steps >= self.total_steps})
+    runs = f"{self.runs} run{'' if self.runs == 1 else 's'}"
+    head = (f'Interrupted: collected {counts}, {runs} in {self.buffer_dir}.'
+            if self.interrupted else
+            f'Populated {self.buffer_dir}: {counts}, {runs}.')
+    return (f'{head}\n  {state}\n  checkpoint: {self.checkpoint}\n'
             f'  provenance: {self.provenance}')
 
 

@@ -34,8 +34,9 @@ class Progress:
 
   Args:
     observer: the manager's observer; gets every step first.
-    total: steps to collect in all (boundary steps not counted).
-    done: steps collected before (a resumed buffer).
+    total: env steps to collect in all (boundary steps not counted; the
+      counts are defined in `smart_replay.core.counters`).
+    done: env steps collected before (a resumed buffer).
     episodes: episodes finished before.
     label: the progress bar's and log lines' label.
     manager: the started manager (its size is shown).
@@ -112,14 +113,16 @@ class Progress:
           'evicts the oldest one. Raise capacity to keep everything.',
           self._capacity)
     if self._bar is not None:
-      self._bar.set_postfix(episodes=self.episodes, items=self._items)
+      self._bar.set_postfix(finished_episodes=self.episodes,
+                            items=self._items)
     elif now - self._last_log >= self._log_every_s:
       self._last_log = now
       rate = (self.steps - self._start_steps) / max(now - self._start_time,
                                                     1e-9)
       eta = (self._total - self.steps) / rate if rate else float('inf')
-      logging.info('%s: %d/%d steps (%.0f%%), %.0f steps/s, %d episodes, %d '
-                   'items, ETA %.0f s', self._label, self.steps, self._total,
+      logging.info('%s: %d/%d env steps (%.0f%%), %.0f env steps/s, %d '
+                   'finished episodes, %d items, ETA %.0f s', self._label,
+                   self.steps, self._total,
                    100.0 * self.steps / self._total, rate, self.episodes,
                    self._items, eta)
 

@@ -1,13 +1,46 @@
-"""The counts an observer keeps of what it wrote and what it lost.
+"""The counts of a buffer, each with one definition, and an observer's counts.
 
-`Counters` lists every count once: the observer's planner and writers update
-its fields in place, `reset()` zeroes them, `as_dict()` is what
-`TrajectoryObserver.counters()` returns, and `Counters.total(...)` sums the
-counters of several observers (e.g. for a manager's `stats()`).
+Every report of a buffer (`ReplayBufferManager.stats()` and `num_frames()`,
+the populate summary, `provenance.json`, `smart-replay-inspect`) uses these
+names, for these counts only:
+
+* **env steps** (`env_steps`): environment transitions taken, episode
+  boundaries (TF-Agents' LAST -> FIRST trajectories) not counted: TF-Agents'
+  `EnvironmentSteps` metric, and what an `Actor`'s `steps_per_run` and a
+  populate's requested steps count. A buffer's count includes those of the
+  checkpoint it was loaded from.
+* **episodes** (`episodes`): finished episodes, i.e. LAST steps written:
+  TF-Agents' `NumberOfEpisodes`. An episode in progress is not counted.
+* **item episodes** (`item_episodes`, per table): Reverb's `num_episodes`,
+  the episodes the table's items come from, the one in progress included
+  (so usually `episodes + 1`); None for tables of packed items.
+* **items** (`items`, per table; what `num_frames()` returns): the table's
+  items once this process's pending items arrive: `stored_items +
+  pending_items`, at most the table's `max_size`. It does not change when a
+  `flush()` or `checkpoint()` sends the pending items.
+* **stored items** (`stored_items`): what the server holds now (Reverb's
+  `current_size`, TF-Agents' `ReverbReplayBuffer.num_frames()`).
+* **pending items** (`pending_items`): items this process's observers wrote
+  that the server does not hold yet: in a chunk still open (Reverb sends an
+  item once its chunk is complete, at an episode end or on `flush()`), or
+  sent and not yet confirmed. Counting them never sends them early, so
+  chunks keep their length.
+* **items written** (`items_written`): items this process's observers
+  created since they were made or reset (evicted ones included).
+* **inserts** / **samples** (per table): Reverb's rate-limiter counters,
+  carried over by checkpoints; `inserts - stored_items` items were evicted
+  (or removed by sampling).
+
+`Counters` below lists every count one observer keeps: the observer's
+planner and writers update its fields in place, `reset()` zeroes them,
+`as_dict()` is what `TrajectoryObserver.counters()` returns, and
+`Counters.total(...)` sums the counters of several observers (e.g. for a
+manager's `stats()`). `format_counts` renders the buffer's counts in the
+words every command prints.
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, Sequence
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 
 @dataclasses.dataclass(eq=False)
@@ -121,3 +154,19 @@ class Counters:
 
 def _copy(value: Any) -> Any:
   return dict(value) if isinstance(value, dict) else value
+
+
+def format_counts(*, env_steps: int, episodes: int,
+                  items: Optional[int] = None) -> str:
+  """The buffer's counts in the words every command prints.
+
+  Args:
+    env_steps: env steps (see the module docstring).
+    episodes: finished episodes.
+    items: items of the (first) table, or None to leave them out.
+
+  Returns:
+    e.g. '1,152 env steps, 53 finished episodes, 1,151 items'.
+  """
+  text = f'{env_steps:,} env steps, {episodes:,} finished episodes'
+  return text if items is None else f'{text}, {items:,} items'

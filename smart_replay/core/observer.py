@@ -187,20 +187,13 @@ class TrajectoryObserver:
         num_streams=num_envs or 1)
     self._closed = False
 
-  @property
-  def table_names(self) -> List[str]:
-    """The tables this observer writes to."""
-    return [t.name for t in self._tables]
-
-  @property
-  def num_envs(self) -> Optional[int]:
-    """Environments per call (None: unbatched)."""
-    return self._num_envs
-
-  @property
-  def live_counters(self) -> counters_lib.Counters:
-    """The `Counters` this observer updates (read it; do not change it)."""
-    return self._counters
+  table_names = property(lambda self: [t.name for t in self._tables],
+                         doc='The tables this observer writes to.')
+  num_envs = property(lambda self: self._num_envs,
+                      doc='Environments per call (None: unbatched).')
+  live_counters = property(
+      lambda self: self._counters,
+      doc='The `Counters` this observer updates (read it; do not change it).')
 
   num_steps = _counter('steps')
   num_episodes = _counter('episodes')
@@ -214,10 +207,8 @@ class TrajectoryObserver:
   num_lost_at_restart = _counter('lost_at_restart')
   num_reconnects = _counter('reconnects')
 
-  @property
-  def num_items(self) -> int:
-    """Items created, over all tables."""
-    return self._counters.num_items
+  num_items = property(lambda self: self._counters.num_items,
+                       doc='Items created, over all tables.')
 
   # ------------------------------------------------------------------ writing
 
@@ -388,13 +379,21 @@ class TrajectoryObserver:
       self._counters.reset()
 
   def counters(self) -> Dict[str, Any]:
-    """Returns this observer's counts of steps, episodes and items.
+    """Returns this observer's counts: `Counters.as_dict()`."""
+    return self._counters.as_dict()
+
+  def pending_items(self) -> Dict[str, int]:
+    """Returns the items written that the server does not hold yet.
 
     Returns:
-      `Counters.as_dict()`: steps, episodes, items (per table),
-      short_episodes, short_episode_steps, long_episodes and
-      dropped_episodes (per episode table), lost_steps, lost_items,
-      lost_at_restart and reconnects.
+      `{table: items}`: items in a chunk still open, or sent and not yet
+      confirmed (`StreamWriter.pending_items`; never sends early). Blocks of
+      packed items are sent at once: 0.
     """
-    return self._counters.as_dict()
+    with self._lock:
+      pending = dict.fromkeys(self.table_names, 0)
+      for _, out in self._streams:
+        for table, count in out.pending_items().items():
+          pending[table] += count
+      return pending
 

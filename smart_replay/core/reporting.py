@@ -28,12 +28,14 @@ class Reporting:
   def num_frames(self) -> int:
     """Returns the number of items in the first table.
 
-    It counts what the server holds: an observer sends a stream's items when
-    their chunk (`chunk_length` steps) is complete, at each episode end and
-    on `flush()` (a checkpoint flushes). Items written into a chunk still
-    open are not counted yet; `stats()['tables'][name]['items_written']`
-    counts them. Call `flush()` first for a count that includes the steps
-    just written (it sends the open chunks early).
+    It counts the items the server holds plus the ones this process's
+    observers wrote that it does not hold yet (in a chunk still open, or in
+    flight), at most the table's capacity: `stats()`'s `items`, defined in
+    `smart_replay.core.counters`. So it does not change when a `flush()` or
+    `checkpoint()` sends them, and chunks are never cut short to count
+    them. `stats()['tables'][name]['stored_items']` is the server's count
+    alone (TF-Agents' `ReverbReplayBuffer.num_frames()`); in client mode,
+    other processes' pending items are not counted.
 
     Returns:
       The items in the first table.
@@ -44,7 +46,14 @@ class Reporting:
     """
     session = self._session
     session.require(started=True)
-    return session.table_stats()[session.config.table().name]['items']
+    return self._items(session.config.table().name)
+
+  def _items(self, name: str) -> int:
+    """A table's `items` (stored + this process's pending)."""
+    session = self._session
+    stored = session.table_stats()[name]
+    pending = stats_lib.pending_items(session.observers).get(name, 0)
+    return stats_lib.items_now(stored['items'], pending, stored['max_size'])
 
   def stats(self, *, times_sampled: bool = False) -> Dict[str, Any]:
     """Returns what the buffer holds and has done, per table and in total.
@@ -90,8 +99,8 @@ class Reporting:
       drop_remainder: count only full batches.
 
     Returns:
-      `ceil(items / batch_size)` (`floor` with `drop_remainder`); call
-      `flush()` first to include items still in an observer's open chunk.
+      `ceil(items / batch_size)` (`floor` with `drop_remainder`), with
+      `items` as `num_frames()` counts them (`epoch()` flushes first).
 
     Raises:
       ValueError: if `batch_size` or the table is invalid, or the table holds
@@ -107,9 +116,8 @@ class Reporting:
           f'table {config.name!r} holds packed items: blocks of up to '
           f'{config.windows_per_block} windows, so its items do not count its '
           'windows; len(list(epoch(batch_size))) counts the batches exactly.')
-    name = config.name
-    return epochs.num_batches(session.table_stats()[name]['items'],
-                              batch_size, drop_remainder=drop_remainder)
+    return epochs.num_batches(self._items(config.name), batch_size,
+                              drop_remainder=drop_remainder)
 
   def epoch(self, batch_size: int, *, table_name: Optional[str] = None,
             seed: Optional[int] = None, drop_remainder: bool = False

@@ -95,6 +95,37 @@ def observer_total(observers: Sequence[Any], attribute: str,
   return sum(v[table] for v in values) if table is not None else sum(values)
 
 
+def pending_items(observers: Sequence[Any]) -> Dict[str, int]:
+  """Items the observers wrote that the server does not hold yet.
+
+  Args:
+    observers: `TrajectoryObserver`s.
+
+  Returns:
+    `{table: items}` summed over the observers (see
+    `TrajectoryObserver.pending_items`).
+  """
+  total = collections.Counter()
+  for observer in observers:
+    total.update(observer.pending_items())
+  return dict(total)
+
+
+def items_now(stored: int, pending: int, max_size: int) -> int:
+  """A table's `items`: stored plus pending, at most its `max_size`.
+
+  Args:
+    stored: the items the server holds.
+    pending: this process's items not stored yet.
+    max_size: the table's capacity in items (each pending item beyond it
+      evicts one).
+
+  Returns:
+    `min(stored + pending, max_size)`.
+  """
+  return min(stored + pending, max_size)
+
+
 def times_sampled_fields(per_item: Mapping[int, int]) -> Dict[str, Any]:
   """`{'times_sampled': {key: n}, 'times_sampled_histogram': {n: items}}`.
 
@@ -118,8 +149,9 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   The result::
 
     {'tables': {name: {
-         'kind', 'items', 'items_written', 'max_size', 'inserts',
-         'samples', 'episodes', 'unique_samples',
+         'kind', 'items', 'stored_items', 'pending_items', 'items_written',
+         'max_size', 'inserts', 'samples', 'item_episodes',
+         'unique_samples',
          'mean_times_sampled',   # samples / inserts
          'rate_limiter': {'type', 'can_insert', 'can_sample',
                           'inserts_before_blocking',
@@ -134,37 +166,29 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
      'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
      'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
 
-  `items` is what the server holds now (what `num_frames()` returns);
-  `items_written` counts the items this process's observers created since
-  they were made, including those still waiting in an open chunk (sent
-  when the chunk is complete, at an episode end or on `flush()`), so
-  `items` can lag `items_written` until a flush or checkpoint. `items`
-  is one per window (sequence tables) or
-  episode (episode tables), and for tables of packed items one per block of
+  `env_steps`, `episodes`, `items`, `stored_items`, `pending_items`,
+  `items_written`, `item_episodes`, `inserts` and `samples` are defined
+  once, in `smart_replay.core.counters`: `items` (what `num_frames()`
+  returns) is `stored_items` (what the server holds) plus `pending_items`
+  (this process's items still in an open chunk or in flight), so it does
+  not change when a flush or checkpoint sends them. `env_steps` /
+  `episodes` are carried over from a loaded checkpoint; in client mode,
+  and for `pending_items` / `items_written`, they count this process's
+  observers only. `items` is one per window (sequence tables) or episode
+  (episode tables), and for tables of packed items one per block of
   `block_length` steps, holding up to `windows_per_block` windows (fewer at
   episode ends and flushes): their `max_size` is Reverb's, in blocks;
   `max_windows` is the table's configured `max_size`, in windows, and
-  `windows_at_most` is `items * windows_per_block` (their `episodes` is
-  None: one Reverb stream writes the blocks of every episode). Observers
-  send a
-  stream's items when
-  their chunk is complete, at episode ends and on `flush()`; this never
-  waits on a blocked table). `inserts`/`samples` are the rate limiter's
-  counters (Reverb counts samples prefetched by a dataset); `episodes` per
-  table is Reverb's count of the episodes its items come from, the one in
-  progress included.
+  `windows_at_most` is `items * windows_per_block` (their `item_episodes`
+  is None: one Reverb stream writes the blocks of every episode).
+  `samples` counts samples a dataset prefetched.
   `*_blocked_for_s` is how long inserting / sampling has been blocked,
   measured from the first look that saw it blocked (0 when not blocked);
-  `*_wait_total_s` is Reverb's total. `env_steps` / `episodes` count the
-  environment steps (episode boundaries not included: TF-Agents'
-  `EnvironmentSteps`) and finished episodes (`NumberOfEpisodes`) written
-  through the buffer's observers
-  (carried over from a loaded checkpoint; in client mode, this process's
-  observers only); `lost_steps` / `lost_items` count what observers could
-  not store because the server stayed unreachable longer than
-  `reconnect_timeout_s`, and `lost_items` also the confirmed items a
-  restart of the server lost (`lost_at_restart`: confirmed after the
-  restored checkpoint's save began); `short_episodes` counts episodes
+  `*_wait_total_s` is Reverb's total. `lost_steps` / `lost_items` count
+  what observers could not store because the server stayed unreachable
+  longer than `reconnect_timeout_s`, and `lost_items` also the confirmed
+  items a restart of the server lost (`lost_at_restart`: confirmed after
+  the restored checkpoint's save began); `short_episodes` counts episodes
   shorter than the shortest sequence item (their steps are in
   `short_episode_steps`).
 
@@ -181,10 +205,16 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
     The stats dict, without the `times_sampled` fields.
   """
   tables = table_stats(info, [c.name for c in configs])
+  pending = pending_items(observers)
   now = time.monotonic()
   for config in configs:
     stats = tables[config.name]
     stats['kind'] = config.kind
+    stats['item_episodes'] = stats.pop('episodes')
+    stats['stored_items'] = stats['items']
+    stats['pending_items'] = pending.get(config.name, 0)
+    stats['items'] = items_now(stats['stored_items'], stats['pending_items'],
+                               stats['max_size'])
     stats['items_written'] = sum(o.items_per_table.get(config.name, 0)
                                  for o in observers)
     stats['mean_times_sampled'] = (stats['samples'] / stats['inserts']
@@ -195,7 +225,7 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
     if config.prioritized:
       stats['max_priority'] = priority_of(config.name)
     if config.block_length is not None:
-      stats.update(episodes=None,  # Blocks are not written per episode.
+      stats.update(item_episodes=None,  # Blocks are not per episode.
                    block_length=config.block_length,
                    windows_per_block=config.windows_per_block,
                    max_windows=config.max_size,

@@ -153,9 +153,9 @@ class StreamWriter:
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
-    # Last steps of the created items not known to be confirmed, oldest
-    # first: once the server confirms all but k of them, every step up to
-    # `created[-k - 1]` is stored (Reverb confirms in order, except after a
+    # (last step, table) of the created items not known to be confirmed,
+    # oldest first: once the server confirms all but k of them, every step up
+    # to `created[-k - 1]` is stored (Reverb confirms in order, except after a
     # reconnect, where the count of lost steps is approximate).
     self.created = collections.deque()
     self.confirmed_steps = 0  # Steps up to here are all stored.
@@ -241,7 +241,8 @@ class StreamWriter:
         block_until_num_items=room, timeout_ms=timeout_ms))
     confirmed = max(len(self.created) - room, 0)
     while len(self.created) > room:  # Those are confirmed now.
-      self.confirmed_steps = max(self.confirmed_steps, self.created.popleft())
+      self.confirmed_steps = max(self.confirmed_steps,
+                                 self.created.popleft()[0])
     self._settings.confirmations.add(confirmed)
     for index, (table, priority, columns, last_step) in enumerate(
         self.deferred):
@@ -250,9 +251,35 @@ class StreamWriter:
       except RuntimeError as e:
         del self.deferred[:index]  # Those were created.
         self._failed('create_item', e)
-      self.created.append(last_step)
+      self.created.append((last_step, table))
     self.deferred.clear()
     return True
+
+  def pending_items(self) -> Dict[str, int]:
+    """Counts the items of this stream that the server does not hold yet.
+
+    Those waiting for their chunk to complete (Reverb knows nothing of them
+    yet), and those created but not yet confirmed (asked of Reverb's writer
+    waiting at most 1 ms: Reverb takes a timeout of 0 as none; nothing is
+    sent early).
+
+    Returns:
+      `{table: items}`, only tables with pending items.
+    """
+    pending = collections.Counter(entry[0] for entry in self.deferred)
+    unconfirmed = 0
+    if self.created:
+      try:  # Does not finalize chunks: created items' chunks are complete.
+        self.writer.flush(block_until_num_items=0, timeout_ms=1)
+      except reverb.errors.DeadlineExceededError as timed_out:
+        counts = reverb_internal.pending_counts(timed_out)
+        unconfirmed = len(self.created) if counts is None else min(
+            sum(counts), len(self.created))
+      except RuntimeError:  # A broken writer: nothing more is confirmed.
+        unconfirmed = len(self.created)
+    for index in range(len(self.created) - unconfirmed, len(self.created)):
+      pending[self.created[index][1]] += 1
+    return dict(pending)
 
   def end_episode(self) -> None:
     """Sends the episode's items and ends the writer's episode.
@@ -348,7 +375,7 @@ class StreamWriter:
     unconfirmed = low
     stored_upto = self.confirmed_steps
     if len(self.created) > unconfirmed:
-      stored_upto = max(stored_upto, self.created[-unconfirmed - 1])
+      stored_upto = max(stored_upto, self.created[-unconfirmed - 1][0])
     lost_steps = self.steps - stored_upto
     lost_items = unconfirmed + len(self.deferred)
     counters = self._settings.counters

@@ -4,13 +4,22 @@
 checkpoints: the env, policy, seed, gin config, counts, spec, versions and
 timings of every session. Readers (`smart-replay-inspect`, the demo, training
 from a starter) find it here without importing environments or policies.
-Starter buffers live in `<output_dir>/<buffer_name>_seq<L>_<total>steps/`.
+Starter buffers live in `<output_dir>/<buffer_name>_seq<L>_<total>steps/`,
+named after the requested total when the collection starts; an interrupted
+collection keeps that name (a `--resume` finds it there), and its provenance
+says what it holds: `complete: false` and `env_steps` of
+`requested_env_steps` (`collection_state` says it in words).
+
+The counts (`env_steps`, `episodes`, `items`, ...) are the buffer's, as
+`ReplayBufferManager.stats()` reports them, defined once in
+`smart_replay.core.counters`. `LEGACY_KEYS` are older names of some of them,
+still written for older readers.
 """
 
 import json
 import os
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 
@@ -20,6 +29,12 @@ from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import specs
 
 PROVENANCE_NAME = 'provenance.json'
+# Older provenance keys, still written (same values): {old name: key}.
+LEGACY_KEYS = {'total_steps_requested': 'requested_env_steps',
+               'steps_collected': 'env_steps',
+               'env_steps_written': 'env_steps',
+               'episodes_collected': 'episodes',
+               'runs_completed': 'runs'}
 _NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*$')
 
 
@@ -70,7 +85,8 @@ def write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
     sessions: every session so far, the current one last (with its
       `gin_config`).
     state: the collection state: `env`, `policy`, `policy_class`,
-      `total_steps`, `steps`, `episodes`, `runs`.
+      `total_steps` (requested env steps), `steps` (env steps collected),
+      `episodes` (finished), `runs`.
     interrupted: whether a stop was requested before the total.
     **settings: the populate settings to record as they are.
 
@@ -80,21 +96,27 @@ def write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
   stats = manager.stats()
   table = next(iter(stats['tables'].values()))
   seconds = sum(s.get('seconds', 0.0) for s in sessions)
+  if stats['env_steps'] != state['steps']:
+    logging.warning('The buffer counts %d env steps, its collection %d; '
+                    'provenance records the collection\'s.',
+                    stats['env_steps'], state['steps'])
+  counts = {
+      'requested_env_steps': state['total_steps'],
+      'env_steps': state['steps'],
+      'episodes': state['episodes'],
+      'items': table['items'],
+      'runs': state['runs'],
+  }
   provenance = {
       **settings,
       'env': state['env'],
       'policy': state['policy'],
       'policy_class': state['policy_class'],
       'buffer_dir': manager.checkpoint_dir,
-      'total_steps_requested': state['total_steps'],
-      'steps_collected': state['steps'],
-      'episodes_collected': state['episodes'],
-      'runs_completed': state['runs'],
+      **counts,
       'complete': state['steps'] >= state['total_steps'],
       'interrupted': interrupted,
-      'items': table['items'],
-      'evicted_items': max(table['inserts'] - table['items'], 0),
-      'env_steps_written': stats['env_steps'],
+      'evicted_items': max(table['inserts'] - table['stored_items'], 0),
       'short_episodes_this_session': stats['short_episodes'],
       'short_episode_steps_this_session': stats['short_episode_steps'],
       'seconds': round(seconds, 3),
@@ -105,8 +127,35 @@ def write_provenance(path: str, manager: manager_lib.ReplayBufferManager,
       'gin_config': sessions[-1]['gin_config'],
       'data_spec': specs.spec_to_json(manager.data_spec)['leaves'],
       'versions': manifest_lib.package_versions(),
+      **{old: counts[key] for old, key in LEGACY_KEYS.items()},
   }
   manifest_lib.write(path, provenance)  # Atomic JSON write.
+
+
+def collection_state(record: Dict[str, Any]) -> Optional[str]:
+  """Says whether a populated buffer holds what was requested.
+
+  Args:
+    record: a provenance dict (older files, with `LEGACY_KEYS` only, too).
+
+  Returns:
+    'complete: 1,152 of 1,152 requested env steps', or 'interrupted: 53,778
+    of 200,000 requested env steps (...)', or None if `record` does not
+    say (not a populated buffer).
+  """
+  def value(key):
+    if key in record:
+      return record[key]
+    return next((record[old] for old, new in LEGACY_KEYS.items()
+                 if new == key and old in record), None)
+  done, wanted = value('env_steps'), value('requested_env_steps')
+  if done is None or wanted is None:
+    return None
+  text = f'{done:,} of {wanted:,} requested env steps'
+  if record.get('complete', done >= wanted):
+    return f'complete: {text}'
+  return (f'interrupted: {text} (the directory keeps the requested total in '
+          'its name; smart-replay-populate --resume continues it)')
 
 
 def validate_buffer_name(name: str) -> str:

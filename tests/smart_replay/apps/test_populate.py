@@ -223,25 +223,62 @@ def test_bad_arguments_are_named(tmp_path, kwargs, match):
 
 
 def test_counts_agree_in_summary_provenance_stats_and_inspect(tmp_path):
-  """One definition per count: env steps exclude episode boundaries."""
+  """One definition per count (smart_replay.core.counters), printed in the
+  same words: env steps exclude episode boundaries, episodes are finished
+  ones, items are the table's."""
   from smart_replay.tools import inspection  # pylint: disable=g-import-not-at-top
   result = populate.populate_starter_buffer(
       buffer_name='cp', output_dir=str(tmp_path), env='gymnasium:CartPole-v1',
       policy='random', steps_per_run=300, num_runs=2, show_progress=False)
   assert result.episodes > 5  # CartPole episodes end: boundaries were seen
+  counts = (f'600 env steps, {result.episodes:,} finished episodes, '
+            f'{result.items:,} items')
   record = json.loads(open(result.provenance).read())
+  assert (record['env_steps'], record['requested_env_steps']) == (600, 600)
+  assert (record['episodes'], record['items'], record['runs']) == (
+      result.episodes, result.items, 2)
+  assert record['complete'] and not record['interrupted']
   assert record['steps_collected'] == record['env_steps_written'] == 600
-  assert record['episodes_collected'] == result.episodes
+  assert record['episodes_collected'] == result.episodes  # Older names.
   description = inspection.describe(result.buffer_dir)
   assert description['env_steps'] == 600
   assert description['episodes'] == result.episodes
+  table = description['tables']['experience']
+  assert table['items'] == result.items
+  assert table['item_episodes'] == result.episodes + 1  # Reverb's: + open one
   text = inspection.format_text(description)
-  assert f'env steps 600, episodes {result.episodes} (finished)' in text
-  assert 'collected 600 of 600 requested steps (complete)' in text
+  assert f'  {counts}\n  complete: 600 of 600 requested env steps\n' in text
+  assert 'steps_collected' not in text  # Older names are not repeated.
   assert result.summary().startswith(
-      f'Populated {result.buffer_dir}: 600 env steps, {result.episodes} '
-      'finished episodes, 2 runs, ')
+      f'Populated {result.buffer_dir}: {counts}, 2 runs.\n'
+      '  complete: 600 of 600 requested env steps\n')
   with _load(result.buffer_dir) as manager:
     stats = manager.stats()
     assert stats['env_steps'] == 600 and stats['episodes'] == result.episodes
-    assert manager.num_frames() == result.items == record['items']
+    table = stats['tables']['experience']
+    assert table['item_episodes'] == result.episodes + 1
+    assert manager.num_frames() == table['items'] == table['stored_items'] \
+        == result.items
+
+
+def test_an_interrupted_buffer_says_what_it_holds(tmp_path):
+  """The directory keeps the requested total in its name; the provenance,
+  the summary and inspect say how much of it the buffer holds."""
+  from smart_replay.tools import inspection  # pylint: disable=g-import-not-at-top
+  buffer_dir = tmp_path / 'office_seq2_864steps'
+  result = _populate(tmp_path, stop_requested=lambda: os.path.exists(
+      buffer_dir / 'checkpoints' / 'ckpt-000001'))
+  assert result.interrupted and result.buffer_dir == str(buffer_dir)
+  record = json.loads(open(result.provenance).read())
+  assert (record['env_steps'], record['requested_env_steps']) == (288, 864)
+  assert not record['complete'] and record['interrupted']
+  state = ('interrupted: 288 of 864 requested env steps (the directory keeps '
+           'the requested total in its name; smart-replay-populate --resume '
+           'continues it)')
+  assert f'\n  {state}\n' in inspection.format_text(
+      inspection.describe(result.buffer_dir))
+  summary = result.summary()
+  assert summary.startswith(
+      f'Interrupted: collected 288 env steps, {result.episodes} finished '
+      f'episodes, {result.items} items, 1 run in {buffer_dir}.\n')
+  assert f'\n  {state}\n' in summary

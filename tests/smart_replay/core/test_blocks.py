@@ -115,7 +115,7 @@ def test_blocks_hold_the_windows_of_a_per_window_table_and_survive_a_load(
     assert _epoch_windows(manager, 'blocks') == windows
     assert sum(windows.values()) == len(streams._windows(3))
     stats = manager.stats()['tables']['blocks']
-    assert stats['episodes'] is None
+    assert stats['item_episodes'] is None
     assert (stats['block_length'], stats['windows_per_block'],
             stats['max_windows']) == (6, 4, 1000)
     assert stats['max_size'] == 250  # Blocks of 4 windows.

@@ -396,8 +396,14 @@ def test_items_wait_for_their_chunk_until_flush_or_episode_end(make_manager,
   for i in range(4):  # One episode, not finished: FIRST, MID, MID, MID.
     step = _one_step(env, policy)._replace(next_step_type=mid)
     observer(step if i == 0 else step._replace(step_type=mid))
-  assert manager.num_frames() == 0  # Their chunk of 16 steps is still open.
+  # Their chunk of 16 steps is still open: pending, not stored.
+  stats = manager.stats()['tables']['pairs']
+  assert (stats['stored_items'], stats['pending_items']) == (0, 3)
+  assert manager.num_frames() == stats['items'] == 3
+  assert observer.pending_items() == {'pairs': 3}
   observer.flush()
+  stats = manager.stats()['tables']['pairs']
+  assert (stats['stored_items'], stats['pending_items']) == (3, 0)
   assert manager.num_frames() == 3
   last = np.asarray(StepType.LAST, np.int32)
   for step_type in (mid, mid, last):  # The episode ends: its items are sent.
@@ -519,17 +525,38 @@ def test_an_end_of_episode_that_timed_out_is_ended_before_the_next_step(
   assert sorted(first + second) == sorted(want)
 
 
-def test_items_written_count_the_open_chunk(make_manager):
-  """num_frames() counts what the server holds; items_written what was
-  written, the open chunk included; a checkpoint flushes, nothing changes."""
+def test_num_frames_counts_the_open_chunk_and_a_checkpoint_changes_nothing(
+    make_manager):
+  """num_frames() and stats()'s items count the items of the open chunk
+  (pending), without sending them early; a checkpoint sends them, and no
+  count changes."""
   manager = make_manager(chunk_length=64)
   _, observer = manager.create_replay_buffer()
   env = testing.make_env(max_duration=1000)  # one long episode
   record = testing.run_actor(observer, 40, env=env)
-  stats = manager.stats()['tables']['experience']
   want = len(testing.expected_items(record.steps, 2))
-  assert stats['items_written'] == want
-  assert manager.num_frames() < want  # still in the open chunk
+  before = manager.stats()['tables']['experience']
+  assert before['items'] == before['items_written'] == want
+  assert 0 < before['pending_items'] < observer.chunk_length  # Open chunk,
+  assert before['stored_items'] == want - before['pending_items']
+  again = manager.stats()['tables']['experience']  # not sent by counting.
+  assert again['stored_items'] == before['stored_items']
+  assert manager.num_frames() == want
   manager.checkpoint()
-  stats = manager.stats()['tables']['experience']
-  assert manager.num_frames() == stats['items_written'] == want
+  after = manager.stats()['tables']['experience']
+  assert manager.num_frames() == after['items'] == after['stored_items'] == want
+  assert after['pending_items'] == 0
+
+
+def test_num_frames_does_not_change_across_a_checkpoint_after_an_actor_run(
+    make_manager):
+  """As reported: after Actor.run(), num_frames() equals the count after a
+  checkpoint of the same buffer, whichever step the run ended on."""
+  manager = make_manager(capacity=10_000)  # The automatic chunk length.
+  _, observer = manager.create_replay_buffer()
+  env = testing.make_env(max_duration=300)
+  for run, steps in enumerate((1000, 1007, 1019, 1031)):
+    testing.run_actor(observer, steps, seed=run, env=env)
+    before = manager.num_frames()
+    manager.checkpoint()
+    assert manager.num_frames() == before == observer.num_items, run

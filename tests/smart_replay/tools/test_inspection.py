@@ -22,8 +22,11 @@ def test_describes_a_buffer_directory(make_manager, tmp_path):
   d = inspection.describe(str(tmp_path / 'buffer'))
   assert d['checkpoint'] == newest
   table = d['tables']['experience']
-  assert (table['size'], table['capacity'], table['inserts']) == (
+  assert (table['items'], table['capacity'], table['inserts']) == (
       stats['items'], 500, stats['inserts'])
+  assert table['size'] == table['items']  # The older name.
+  assert table['item_episodes'] == stats['item_episodes']
+  assert (d['env_steps'], d['episodes']) == (80, manager.stats()['episodes'])
   assert table['rate_limiter'] == 'min_size_to_sample=1'
   assert [c['path'] for c in d['checkpoints']] == [first, newest]
   assert all(c['verified'] and c['bytes'] > 0 for c in d['checkpoints'])
@@ -34,9 +37,38 @@ def test_describes_a_buffer_directory(make_manager, tmp_path):
   assert 'experience: sequence, uniform sampler' in text
   assert '    temperature: float32[3] in [-10.0, 40.0]' in text
   assert 'ckpt-000002' in text and 'ok' in text
+  assert (f"  80 env steps, {d['episodes']} finished episodes, "
+          f"{stats['items']} items\n") in text
   # One checkpoint folder works too.
   assert inspection.describe(first)['tables']['experience']['size'] < table[
       'size']
+
+
+def test_verifying_large_checkpoints_shows_progress(make_manager, tmp_path,
+                                                   monkeypatch):
+  """Verifying reads every byte: above PROGRESS_BYTES, progress in MB."""
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  testing.run_actor(observer, 30)
+  manager.checkpoint()
+  testing.run_actor(observer, 30, seed=1)
+  manager.checkpoint()
+  shown = []
+
+  class Recording(inspection.progress_log.ProgressLog):
+
+    def update(self, done):
+      shown.append((self._label, self._total, done))
+      super().update(done)
+
+  monkeypatch.setattr(inspection.progress_log, 'ProgressLog', Recording)
+  inspection.describe(str(tmp_path / 'buffer'))
+  assert not shown  # Small: no progress.
+  monkeypatch.setattr(inspection, 'PROGRESS_BYTES', 0)
+  d = inspection.describe(str(tmp_path / 'buffer'))
+  total = sum(c['bytes'] for c in d['checkpoints']) >> 20
+  assert shown == [('inspect: verifying checkpoints', total, done)
+                   for done in (d['checkpoints'][1]['bytes'] >> 20, total)]
 
 
 def test_damaged_and_missing_buffers_are_named(make_manager, tmp_path):
@@ -63,7 +95,7 @@ def test_describes_a_running_server(tmp_path, data_spec):
         manager.server_address,
         control_address=f'localhost:{server.control_port}')
     table = d['tables']['experience']
-    assert table['size'] == manager.num_frames() > 0
+    assert table['items'] == table['size'] == manager.num_frames() > 0
     assert table['sampler'] == 'prioritized' and table['capacity'] == 300
     assert inspection.format_text(d).startswith(
         f'Buffer: {manager.server_address}')

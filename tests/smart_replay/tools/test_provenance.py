@@ -33,6 +33,22 @@ def test_unreadable_provenance_restarts_the_sessions(tmp_path):
   assert provenance.read_sessions(str(tmp_path)) == [{'seed': 1}]
 
 
+@pytest.mark.unit
+def test_collection_state_says_what_a_buffer_holds():
+  assert provenance.collection_state({}) is None  # Not a populated buffer.
+  assert provenance.collection_state(
+      {'env_steps': 1152, 'requested_env_steps': 1152, 'complete': True}
+  ) == 'complete: 1,152 of 1,152 requested env steps'
+  state = provenance.collection_state(
+      {'env_steps': 53778, 'requested_env_steps': 200000, 'complete': False})
+  assert state.startswith(
+      'interrupted: 53,778 of 200,000 requested env steps (the directory '
+      'keeps the requested total in its name;')
+  # Files written before the counts had one name each.
+  assert provenance.collection_state(
+      {'steps_collected': 53778, 'total_steps_requested': 200000}) == state
+
+
 def test_inspection_does_not_import_environments_or_policies():
   loaded = subprocess.run(
       [sys.executable, '-c', 'import sys, smart_replay.tools.inspection; '
