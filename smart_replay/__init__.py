@@ -4,7 +4,12 @@ The public API::
 
     from smart_replay import ReplayBufferManager, TableConfig
 
-TensorBoard scalars of a buffer: the `telemetry` subpackage. Everything else
+TensorBoard scalars of a buffer, in one line of a TF-Agents Learner::
+
+    import smart_replay
+    triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=1000)]
+
+(the `telemetry` subpackage). Everything else
 (the `core`, `checkpointing`, `tools` and `remote` subpackages) is importable
 for advanced use. The public names load on first use, so `import
 smart_replay` does not load TensorFlow.
@@ -40,8 +45,14 @@ _EXPORTS = {
 }
 
 
+# Public subpackages, imported on first use as `smart_replay.<name>`.
+_SUBPACKAGES = ('telemetry',)
+
+
 def __getattr__(name):
   """Loads a public name on first use (PEP 562)."""
+  if name in _SUBPACKAGES:
+    return importlib.import_module(f'{__name__}.{name}')
   if name not in _EXPORTS:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
   value = getattr(importlib.import_module(_EXPORTS[name]), name)
@@ -50,7 +61,7 @@ def __getattr__(name):
 
 
 def __dir__():
-  return sorted(list(globals()) + list(_EXPORTS))
+  return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))
 
 
 __version__ = '0.1.0'
@@ -76,4 +87,5 @@ __all__ = [
     'WaitTimeoutError',
     'WouldBlockError',
     'WriteFailedError',
+    'telemetry',
 ]

@@ -7,6 +7,7 @@ TensorBoard scalars, `train_steps_per_sec` (as TF-Agents'
 `StepPerSecondLogTrigger` names it) and `Metrics/EnvironmentStepsPerSecond`.
 """
 
+import sys
 import time
 from typing import Optional
 
@@ -38,7 +39,7 @@ class TrainProgress:
     self._log_every_s = log_every_s
     self._writer = summary_writer
     self._bar = tqdm.tqdm(total=total, initial=start, desc='train',
-                          unit='step', dynamic_ncols=True
+                          unit='step', dynamic_ncols=True, file=sys.stderr
                           ) if show_progress else None
 
   def update(self, *, step: int, env_steps: int, episodes: int,
@@ -56,7 +57,7 @@ class TrainProgress:
     now = time.monotonic()
     if self._writer is not None and now > self._last_rate:
       elapsed = now - self._last_rate
-      with self._writer.as_default():
+      with self._writer.as_default(), tf.summary.record_if(True):
         tf.summary.scalar('train_steps_per_sec',
                           (step - self._last_step) / elapsed, step=step)
         tf.summary.scalar('Metrics/EnvironmentStepsPerSecond',

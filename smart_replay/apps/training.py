@@ -12,13 +12,24 @@ Run layout::
 
     <run_dir>/buffer/   the run's replay buffer (checkpoints with train_step)
     <run_dir>/agent/    agent checkpoints ckpt-<train_step>
-    <run_dir>/train/    TensorBoard: the agent's summaries, TF-Agents' collect
-                        metrics (Metrics/AverageReturn, AverageEpisodeLength,
-                        EnvironmentSteps, NumberOfEpisodes,
-                        EnvironmentStepsPerSecond), train_steps_per_sec and
-                        the buffer's scalars (buffer/*, see telemetry)
-    <run_dir>/eval/     TensorBoard: the greedy policy's Metrics/AverageReturn
-                        and AverageEpisodeLength at each evaluation
+    <run_dir>/train/    TensorBoard, one event file (the Learner's writer):
+                        the agent's summaries (Losses/*, ...); TF-Agents'
+                        collect metrics (Metrics/AverageReturn,
+                        AverageEpisodeLength, EnvironmentSteps,
+                        NumberOfEpisodes, EnvironmentStepsPerSecond) and
+                        train_steps_per_sec after each training phase; the
+                        buffer's scalars (buffer/*, see
+                        `smart_replay.telemetry`); the greedy evaluation
+                        (eval/AverageReturn, eval/AverageEpisodeLength)
+    <run_dir>/eval/     TensorBoard: the same evaluation as TF-Agents' eval
+                        actor writes it (Metrics/AverageReturn and
+                        Metrics/AverageEpisodeLength), drawn on the collect
+                        metrics' charts as the run `eval`
+
+All steps are train steps. The collect metrics go into the Learner's writer
+rather than an Actor writer of their own: TensorBoard (without
+`--reload_multifile`) polls only the newest event file of a directory, so a
+second writer in train/ would freeze one of them in a live view.
 """
 
 import dataclasses
@@ -27,7 +38,6 @@ from typing import Callable, Optional
 
 from absl import logging
 import gin
-import numpy as np
 import tensorflow as tf
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.train import actor
@@ -35,6 +45,7 @@ from tf_agents.train import learner
 from tf_agents.train.utils import train_utils
 
 from smart_replay.apps import agents
+from smart_replay.apps import evaluation
 from smart_replay.apps import train_progress
 from smart_replay import errors
 from smart_replay import manager as manager_lib
@@ -42,13 +53,16 @@ from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.core import checks
 from smart_replay.core import specs
-from smart_replay.telemetry import summaries
+from smart_replay import telemetry
 from smart_replay.tools import provenance
 
 BUFFER_DIR = 'buffer'
 AGENT_DIR = 'agent'
 SUMMARY_DIR = 'train'
 EVAL_DIR = 'eval'
+
+# The py policy's mean return over some episodes (kept here for callers).
+greedy_return = evaluation.greedy_return
 
 
 @dataclasses.dataclass
@@ -86,66 +100,6 @@ def _starter_env(starter_dir: str) -> str:
         f'cannot tell which environment {starter_dir} was collected in: its '
         f'{provenance.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
         'env= explicitly.') from None
-
-
-def greedy_return(policy, env, episodes: int) -> float:
-  """Mean undiscounted return of `policy` over `episodes` episodes.
-
-  Args:
-    policy: a py policy (e.g. `PyTFEagerPolicy(agent.policy)`).
-    env: a py environment.
-    episodes: how many episodes.
-
-  Returns:
-    The mean return.
-  """
-  returns = []
-  for _ in range(episodes):
-    time_step, total = env.reset(), 0.0
-    state = policy.get_initial_state()
-    while not time_step.is_last():
-      step = policy.action(time_step, state)
-      state = step.state
-      time_step = env.step(step.action)
-      total += float(time_step.reward)
-    returns.append(total)
-  return float(np.mean(returns))
-
-
-class _Evaluation:
-  """Runs the greedy policy for some episodes; TF-Agents' eval metrics.
-
-  Each call resets the evaluation environment (seeded `seed + 1`), runs
-  `episodes` episodes and writes `Metrics/AverageReturn` and `Metrics/AverageEpisodeLength` at the
-  current train step into `summary_dir`.
-  """
-
-  def __init__(self, env_name, seed, tf_agent, train_step, *, episodes,
-               summary_dir):
-    self._metrics = actor.eval_metrics(buffer_size=max(episodes, 1))
-    self._actor = actor.Actor(
-        env_factory.make_environment(env_name, seed=seed + 1),
-        py_tf_eager_policy.PyTFEagerPolicy(tf_agent.policy,
-                                           use_tf_function=True),
-        train_step, episodes_per_run=max(episodes, 1),
-        metrics=self._metrics, summary_dir=summary_dir,
-        summary_interval=0  # Written by __call__, once per evaluation.
-    ) if episodes else None
-    self._episodes = episodes
-
-  def __call__(self) -> Optional[float]:
-    if self._actor is None:
-      return None
-    for metric in self._metrics:
-      metric.reset()
-    self._actor.reset()
-    self._actor.run()
-    self._actor.write_metric_summaries()
-    self._actor.summary_writer.flush()
-    value = float(self._metrics[0].result())
-    logging.info('Greedy return over %d episodes at train step %d: %.2f',
-                 self._episodes, int(self._actor.train_step.numpy()), value)
-    return value
 
 
 @gin.configurable(denylist=['stop_requested'])
@@ -205,10 +159,12 @@ def train_from_starter(
                       ('batch_size', batch_size),
                       ('checkpoint_every', checkpoint_every)):
     checks.positive(name, value, integer=True)
-  if isinstance(eval_interval, bool) or not isinstance(eval_interval, int) or (
-      eval_interval < 0):
-    raise ValueError('eval_interval must be a non-negative integer (0: '
-                     f'evaluate at the end only), got {eval_interval!r}.')
+  for name, value, zero in (('eval_interval', eval_interval,
+                             'evaluate at the end only'),
+                            ('eval_episodes', eval_episodes, 'no evaluation')):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise ValueError(f'{name} must be a non-negative integer (0: {zero}), '
+                       f'got {value!r}.')
   if resume and overwrite:
     raise ValueError('resume and overwrite exclude each other.')
   run_dir = os.path.abspath(run_dir)
@@ -262,20 +218,20 @@ def train_from_starter(
     observer = manager.observer
     collected_before = observer.num_items
 
-    summary_dir = os.path.join(run_dir, SUMMARY_DIR)
-    # TF-Agents' standard collect metrics, written by the Actor to train/.
+    # TF-Agents' standard collect metrics. The Actor writes no summaries
+    # itself: they go into the Learner's train/ writer with the buffer
+    # scalars, one event file (TensorBoard polls only a directory's newest).
     collect_metrics = actor.collect_metrics(buffer_size=10)
     collect = actor.Actor(
         environment,
         py_tf_eager_policy.PyTFEagerPolicy(tf_agent.collect_policy,
                                            use_tf_function=True),
         train_step, steps_per_run=collect_steps_per_iteration,
-        observers=[observer], metrics=collect_metrics,
-        summary_dir=summary_dir,
-        summary_interval=train_steps_per_iteration)
+        observers=[observer], metrics=collect_metrics)
     episodes, env_steps, average_return, _ = collect_metrics
-    buffer_summaries = summaries.BufferSummaries(
-        manager, summary_dir=summary_dir, interval=train_steps_per_iteration)
+    # No summary_dir: a trigger runs inside the Learner's writer.
+    buffer_summaries = telemetry.BufferSummaries(
+        manager, interval=train_steps_per_iteration)
     trainer = learner.Learner(
         run_dir, train_step, tf_agent,
         experience_dataset_fn=lambda: manager.get_dataset(
@@ -283,6 +239,7 @@ def train_from_starter(
         checkpoint_interval=-1,  # The PairedCheckpointer saves the agent.
         triggers=[paired, buffer_summaries],
         summary_interval=train_steps_per_iteration)
+    writer = trainer.train_summary_writer
     if pair:
       # After the Learner: its constructor's agent.initialize() copies the
       # online networks over the target networks.
@@ -290,15 +247,15 @@ def train_from_starter(
       paired.set_start(pair.train_step)
       logging.info('Resumed %s at train step %d with %d buffer items.',
                    run_dir, pair.train_step, manager.num_frames())
-    evaluate = _Evaluation(env_name, seed, tf_agent, train_step,
-                           episodes=eval_episodes,
-                           summary_dir=os.path.join(run_dir, EVAL_DIR))
+    evaluate = evaluation.Evaluation(
+        env_name, seed, tf_agent, train_step, episodes=eval_episodes,
+        summary_dir=os.path.join(run_dir, EVAL_DIR), train_writer=writer)
 
     interrupted = False
     progress = train_progress.TrainProgress(
         total=num_train_steps, start=int(train_step.numpy()), env_steps=0,
         show_progress=show_progress, log_every_s=log_every_s,
-        summary_writer=collect.summary_writer)
+        summary_writer=writer)
     try:
       while int(train_step.numpy()) < num_train_steps:
         if stop_requested is not None and stop_requested():
@@ -309,18 +266,22 @@ def train_from_starter(
         loss = trainer.run(iterations=min(train_steps_per_iteration,
                                           remaining))
         step = int(train_step.numpy())
+        _write_collect_metrics(writer, collect_metrics, step)
         progress.update(step=step, env_steps=int(env_steps.result()),
                         episodes=int(episodes.result()),
                         recent_return=float(average_return.result()),
                         items=manager.num_frames(), loss=float(loss.loss))
-        if eval_interval and step % eval_interval < train_steps_per_iteration:
-          evaluate()
+        if (eval_interval and step < num_train_steps and
+            step % eval_interval < train_steps_per_iteration):
+          evaluate()  # The last step's evaluation comes after the loop.
     finally:
       progress.close()
     last = paired.save_unless_saved()
-    buffer_summaries(int(train_step.numpy()), force_trigger=True)
-    collect.write_metric_summaries()
+    with writer.as_default():
+      buffer_summaries(int(train_step.numpy()), force_trigger=True)
+    _write_collect_metrics(writer, collect_metrics, int(train_step.numpy()))
     greedy = evaluate() if eval_episodes else None
+    writer.flush()
     result = TrainResult(
         run_dir=run_dir, train_step=int(train_step.numpy()),
         resumed_from=pair.train_step if pair else None,
@@ -329,6 +290,13 @@ def train_from_starter(
         items=manager.num_frames(), greedy_return=greedy, checkpoint=last,
         interrupted=interrupted)
   return result
+
+
+def _write_collect_metrics(writer, metrics, step: int) -> None:
+  """TF-Agents' `Actor.write_metric_summaries`, into `writer` at `step`."""
+  with writer.as_default(), tf.summary.record_if(True):
+    for metric in metrics:
+      tf.summary.scalar('Metrics/' + metric.name, metric.result(), step=step)
 
 
 def _load_newest_usable_pair(manager, buffer_dir, agent_dir):

@@ -64,6 +64,12 @@ def buffer_scalars(manager: Any) -> Dict[str, float]:
 def write_buffer_summaries(manager: Any, step: Any) -> Dict[str, float]:
   """Writes the buffer's scalars into the default summary writer.
 
+  Like any `tf.summary` call it writes nothing without a default writer and
+  follows the current `tf.summary.record_if`::
+
+      with writer.as_default():
+        telemetry.write_buffer_summaries(manager, step=train_step)
+
   Args:
     manager: a started `ReplayBufferManager`.
     step: the step to write them at (an int or a `tf.Variable`).
@@ -80,23 +86,32 @@ def write_buffer_summaries(manager: Any, step: Any) -> Dict[str, float]:
 class BufferSummaries:
   """A TF-Agents Learner trigger that writes the buffer's scalars.
 
-  It writes at its first call, then once `interval` train steps have passed
-  since the last write, or when forced (`force_trigger=True`, which the
-  Learner passes at its last step).
+  One line in a Learner::
+
+      learner.Learner(..., triggers=[telemetry.BufferSummaries(manager)])
+
+  The Learner calls its triggers as `trigger(train_step)` after every
+  `run()`, inside its own train summary writer: with `summary_dir=None`
+  (the default) the scalars go into that writer, so `<root_dir>/train`
+  keeps one event file (TensorBoard, without `--reload_multifile`, polls
+  only the newest event file of a directory). It writes at its first call,
+  then once `interval` train steps have passed since the last write, or
+  when forced (`force_trigger=True`), whatever the Learner's
+  `summary_interval`.
 
   Args:
     manager: a started `ReplayBufferManager`.
-    summary_dir: where the event file goes (usually beside the agent's
-      summaries, `<root_dir>/train`); None writes into the default writer
-      current at each call.
+    summary_dir: a directory for an event file of its own; None (default)
+      writes into the default summary writer current at each call (the
+      Learner's, for a trigger; nothing is written when there is none).
     interval: train steps between writes.
 
   Raises:
     ValueError: if `interval` is not a positive integer.
   """
 
-  def __init__(self, manager: Any, *, summary_dir: Optional[str],
-               interval: int):
+  def __init__(self, manager: Any, *, summary_dir: Optional[str] = None,
+               interval: int = 1000):
     if isinstance(interval, bool) or not isinstance(interval, int) or (
         interval < 1):
       raise ValueError(f'interval must be a positive integer, got '
@@ -113,7 +128,8 @@ class BufferSummaries:
     """Writes the scalars if the interval passed (or if forced).
 
     Args:
-      train_step: the current train step (an int or a tensor).
+      train_step: the current train step (an int, a numpy or a tensor
+        scalar, or a `tf.Variable`).
       force_trigger: write regardless of the interval.
     """
     self._step = int(train_step)
@@ -124,9 +140,12 @@ class BufferSummaries:
       self._trigger(self._step)
 
   def _write(self) -> None:
-    if self._writer is None:
-      write_buffer_summaries(self._manager, self._step)
-      return
-    with self._writer.as_default():
-      write_buffer_summaries(self._manager, self._step)
-    self._writer.flush()
+    # The Learner runs its triggers under `record_if(step %
+    # summary_interval == 0)`; this trigger has its own interval.
+    with tf.summary.record_if(True):
+      if self._writer is None:
+        write_buffer_summaries(self._manager, self._step)
+        return
+      with self._writer.as_default():
+        write_buffer_summaries(self._manager, self._step)
+      self._writer.flush()

@@ -153,21 +153,32 @@ def test_tensorboard_holds_tf_agents_collect_and_eval_metrics(
     cartpole_starter, tmp_path):
   result = _train(cartpole_starter, tmp_path / 'run', eval_episodes=2,
                   eval_interval=100)
+  # One event file in train/: TensorBoard polls only a directory's newest.
+  assert len(glob.glob(str(tmp_path / 'run' / 'train' / 'events.*'))) == 1
   train = _scalars(tmp_path / 'run' / 'train')
   for tag in ('Metrics/AverageReturn', 'Metrics/AverageEpisodeLength',
               'Metrics/EnvironmentSteps', 'Metrics/NumberOfEpisodes',
               'Metrics/EnvironmentStepsPerSecond', 'train_steps_per_sec',
               'buffer/items', 'buffer/sample_to_insert_ratio',
-              'buffer/insert_blocked_s'):
+              'buffer/insert_blocked_s', 'eval/AverageReturn',
+              'eval/AverageEpisodeLength'):
     assert tag in train, sorted(train)
-  # Collect metrics are written at train steps; env steps only grow.
+  # At train steps: after each 50-step training phase.
   env_steps = train['Metrics/EnvironmentSteps']
-  assert max(env_steps) == 200 and max(env_steps.values()) >= 200
+  assert set(env_steps) == {50, 100, 150, 200}, env_steps
+  assert env_steps[200] == 200  # 4 collect phases of 50 steps.
+  assert sorted(env_steps.values()) == [env_steps[s] for s in sorted(env_steps)]
+  assert set(train['buffer/items']) == {50, 100, 150, 200}
+  assert train['buffer/items'][200] == result.items
+  # The agent's own summaries share the file.
+  assert any(tag.startswith('Losses/') for tag in train), sorted(train)
   evaluations = _scalars(tmp_path / 'run' / 'eval')
   returns = evaluations['Metrics/AverageReturn']
   assert set(returns) == {100, 200}, returns  # every 100 steps, and the end
   assert returns[200] == pytest.approx(result.greedy_return)
   assert 'Metrics/AverageEpisodeLength' in evaluations
+  assert train['eval/AverageReturn'] == pytest.approx(returns)
+  assert set(train['eval/AverageEpisodeLength']) == {100, 200}
 
 
 def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
@@ -175,6 +186,7 @@ def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
          show_progress=True)
   shown = capsys.readouterr().err
   assert 'train' in shown and '100/100' in shown and 'env_steps=' in shown
+  assert 'step/s' in shown  # The rate (and the ETA beside it).
   with caplog.at_level('INFO', logger='absl'):
     _train(cartpole_starter, tmp_path / 'lines', num_train_steps=100,
            log_every_s=0.0)
@@ -184,9 +196,10 @@ def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
   assert 'ETA' in lines[0]
 
 
-def test_eval_interval_is_checked(cartpole_starter, tmp_path):
-  with pytest.raises(ValueError, match='eval_interval.*-1'):
-    _train(cartpole_starter, tmp_path / 'run', eval_interval=-1)
+@pytest.mark.parametrize('name', ['eval_interval', 'eval_episodes'])
+def test_eval_arguments_are_checked(cartpole_starter, tmp_path, name):
+  with pytest.raises(ValueError, match=f'{name}.*-1'):
+    _train(cartpole_starter, tmp_path / 'run', **{name: -1})
 
 
 def test_one_final_pair_when_the_last_step_is_a_checkpoint_step(

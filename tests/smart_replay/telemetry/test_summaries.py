@@ -5,7 +5,9 @@ import os
 
 import pytest
 import tensorflow as tf
+from tf_agents.policies import random_py_policy
 from tf_agents.train import learner
+from tf_agents.train.utils import train_utils
 
 import smart_replay
 from smart_replay import telemetry
@@ -84,3 +86,49 @@ def test_interval_is_checked(env, tmp_path):
   del env, tmp_path
   with pytest.raises(ValueError, match='interval.*0'):
     telemetry.BufferSummaries(None, summary_dir=None, interval=0)
+
+
+def test_one_line_in_a_tf_agents_learner(tmp_path):
+  """A Learner trigger writes into the Learner's own event file, at its own
+  interval (the Learner records summaries only every summary_interval)."""
+  from smart_replay.apps import agents  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps.envs import factory  # pylint: disable=g-import-not-at-top
+  env = factory.make_environment('gym:CartPole-v1', seed=0)
+  train_step = train_utils.create_train_step()
+  agent = agents.make_agent('dqn', time_step_spec=env.time_step_spec(),
+                            action_spec=env.action_spec(),
+                            train_step=train_step)
+  tables = [smart_replay.TableConfig(name='uniform'),
+            smart_replay.TableConfig(name='prioritized', sampler='prioritized')]
+  with smart_replay.ReplayBufferManager(
+      agent.collect_data_spec, capacity=500, sequence_length=2,
+      table_configs=tables, checkpoint_dir=str(tmp_path / 'buf')) as manager:
+    _, observer = manager.create_replay_buffer()
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
+                                             env.action_spec())
+    testing.run_actor(observer, steps=100, env=env, policy=policy)
+    trainer = learner.Learner(
+        str(tmp_path / 'root'), train_step, agent,
+        experience_dataset_fn=lambda: manager.get_dataset(batch_size=8,
+                                                          num_steps=2),
+        summary_interval=1000,
+        triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=3)])
+    for _ in range(3):
+      trainer.run(iterations=2)  # Train steps 2 (written), 4, 6 (written).
+    trainer.train_summary_writer.flush()
+    items = manager.num_frames()
+    stats = manager.stats()['tables']
+  files = glob.glob(str(tmp_path / 'root' / 'train' / 'events.*'))
+  assert len(files) == 1, files  # The Learner's own.
+  scalars = _scalars(tmp_path / 'root' / 'train')
+  assert set(scalars['buffer/items']) == {2, 6}, scalars['buffer/items']
+  assert scalars['buffer/items'][6] == items
+  assert scalars['buffer/uniform/items'][6] == stats['uniform']['items']
+  assert scalars['buffer/prioritized/items'][6] == stats['prioritized']['items']
+  assert scalars['buffer/uniform/samples'][6] >= 6 * 8  # 6 batches of 8
+  assert scalars['buffer/prioritized/samples'][6] == 0  # Not sampled.
+  assert scalars['buffer/prioritized/max_priority'][6] == 1.0
+  for table in ('uniform', 'prioritized'):
+    for name in ('inserts', 'sample_to_insert_ratio', 'insert_blocked_s',
+                 'sample_blocked_s'):
+      assert f'buffer/{table}/{name}' in scalars, sorted(scalars)
