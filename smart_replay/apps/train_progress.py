@@ -64,10 +64,11 @@ class TrainProgress:
                           (env_steps - self._last_env) / elapsed, step=step)
     self._last_rate, self._last_step, self._last_env = now, step, env_steps
     if self._bar is not None:
+      # The postfix first: update() redraws.
+      self._bar.set_postfix({'env_steps': env_steps, 'episodes': episodes,
+                             'return': f'{recent_return:.2f}',
+                             'items': items}, refresh=False)
       self._bar.update(step - self._bar.n)
-      self._bar.set_postfix(env_steps=env_steps, episodes=episodes,
-                            ret=f'{recent_return:.2f}', items=items,
-                            refresh=False)
       return
     if now - self._last_log < self._log_every_s and step < self._total:
       return

@@ -13,14 +13,15 @@ Run layout::
     <run_dir>/buffer/   the run's replay buffer (checkpoints with train_step)
     <run_dir>/agent/    agent checkpoints ckpt-<train_step>
     <run_dir>/train/    TensorBoard, one event file (the Learner's writer):
-                        the agent's summaries (Losses/*, ...); TF-Agents'
-                        collect metrics (Metrics/AverageReturn,
-                        AverageEpisodeLength, EnvironmentSteps,
-                        NumberOfEpisodes, EnvironmentStepsPerSecond) and
-                        train_steps_per_sec after each training phase; the
-                        buffer's scalars (buffer/*, see
-                        `smart_replay.telemetry`); the greedy evaluation
-                        (eval/AverageReturn, eval/AverageEpisodeLength)
+                        the agent's summaries (Losses/*, ...); after each
+                        collect + train phase, TF-Agents' collect metrics
+                        (Metrics/AverageReturn, AverageEpisodeLength,
+                        EnvironmentSteps, NumberOfEpisodes,
+                        EnvironmentStepsPerSecond), train_steps_per_sec and
+                        the buffer's scalars (buffer/*, see
+                        `smart_replay.telemetry`); at each evaluation, the
+                        greedy policy's eval/AverageReturn and
+                        eval/AverageEpisodeLength
     <run_dir>/eval/     TensorBoard: the same evaluation as TF-Agents' eval
                         actor writes it (Metrics/AverageReturn and
                         Metrics/AverageEpisodeLength), drawn on the collect
@@ -229,15 +230,12 @@ def train_from_starter(
         train_step, steps_per_run=collect_steps_per_iteration,
         observers=[observer], metrics=collect_metrics)
     episodes, env_steps, average_return, _ = collect_metrics
-    # No summary_dir: a trigger runs inside the Learner's writer.
-    buffer_summaries = telemetry.BufferSummaries(
-        manager, interval=train_steps_per_iteration)
     trainer = learner.Learner(
         run_dir, train_step, tf_agent,
         experience_dataset_fn=lambda: manager.get_dataset(
             batch_size=batch_size, num_steps=2),
         checkpoint_interval=-1,  # The PairedCheckpointer saves the agent.
-        triggers=[paired, buffer_summaries],
+        triggers=[paired],
         summary_interval=train_steps_per_iteration)
     writer = trainer.train_summary_writer
     if pair:
@@ -251,7 +249,7 @@ def train_from_starter(
         env_name, seed, tf_agent, train_step, episodes=eval_episodes,
         summary_dir=os.path.join(run_dir, EVAL_DIR), train_writer=writer)
 
-    interrupted = False
+    interrupted, written = False, None  # The step of the last summaries.
     progress = train_progress.TrainProgress(
         total=num_train_steps, start=int(train_step.numpy()), env_steps=0,
         show_progress=show_progress, log_every_s=log_every_s,
@@ -265,8 +263,8 @@ def train_from_starter(
         remaining = num_train_steps - int(train_step.numpy())
         loss = trainer.run(iterations=min(train_steps_per_iteration,
                                           remaining))
-        step = int(train_step.numpy())
-        _write_collect_metrics(writer, collect_metrics, step)
+        step = written = int(train_step.numpy())
+        _write_summaries(writer, collect_metrics, manager, step)
         progress.update(step=step, env_steps=int(env_steps.result()),
                         episodes=int(episodes.result()),
                         recent_return=float(average_return.result()),
@@ -277,9 +275,9 @@ def train_from_starter(
     finally:
       progress.close()
     last = paired.save_unless_saved()
-    with writer.as_default():
-      buffer_summaries(int(train_step.numpy()), force_trigger=True)
-    _write_collect_metrics(writer, collect_metrics, int(train_step.numpy()))
+    if written != int(train_step.numpy()):  # Stopped before any training.
+      _write_summaries(writer, collect_metrics, manager,
+                       int(train_step.numpy()))
     greedy = evaluate() if eval_episodes else None
     writer.flush()
     result = TrainResult(
@@ -292,11 +290,13 @@ def train_from_starter(
   return result
 
 
-def _write_collect_metrics(writer, metrics, step: int) -> None:
-  """TF-Agents' `Actor.write_metric_summaries`, into `writer` at `step`."""
+def _write_summaries(writer, collect_metrics, manager, step: int) -> None:
+  """The collect metrics (as TF-Agents' `Actor.write_metric_summaries` names
+  them) and the buffer's scalars, into `writer` at `step`."""
   with writer.as_default(), tf.summary.record_if(True):
-    for metric in metrics:
+    for metric in collect_metrics:
       tf.summary.scalar('Metrics/' + metric.name, metric.result(), step=step)
+    telemetry.write_buffer_summaries(manager, step)
 
 
 def _load_newest_usable_pair(manager, buffer_dir, agent_dir):

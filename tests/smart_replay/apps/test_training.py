@@ -181,6 +181,21 @@ def test_tensorboard_holds_tf_agents_collect_and_eval_metrics(
   assert set(train['eval/AverageEpisodeLength']) == {100, 200}
 
 
+def test_summaries_at_a_last_step_off_the_iteration_grid(cartpole_starter,
+                                                         tmp_path):
+  """120 steps in phases of 50: the last phase (20 steps) is summarized too,
+  and every tag has one point per step."""
+  _train(cartpole_starter, tmp_path / 'run', num_train_steps=120)
+  points = {}
+  for path in glob.glob(str(tmp_path / 'run' / 'train' / 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        points.setdefault(value.tag, []).append(event.step)
+  for tag in ('Metrics/EnvironmentSteps', 'Metrics/AverageReturn',
+              'buffer/items', 'buffer/samples', 'train_steps_per_sec'):
+    assert points[tag] == [50, 100, 120], (tag, points[tag])
+
+
 def test_progress_bar_or_log_lines(cartpole_starter, tmp_path, capsys, caplog):
   _train(cartpole_starter, tmp_path / 'bar', num_train_steps=100,
          show_progress=True)
