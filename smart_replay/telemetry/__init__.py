@@ -1,11 +1,15 @@
 """TensorBoard scalars of a replay buffer: one line in a TF-Agents Learner.
 
-    from smart_replay import telemetry
-    learner.Learner(..., triggers=[telemetry.BufferSummaries(
-        manager, summary_dir=os.path.join(root_dir, 'train'), interval=1000)])
+    import smart_replay
+    learner.Learner(..., triggers=[
+        smart_replay.telemetry.BufferSummaries(manager, interval=1000)])
 
-or, inside your own summary writer's scope,
-`telemetry.write_buffer_summaries(manager, step=train_step)`.
+writes `buffer/items`, `inserts`, `samples`, `sample_to_insert_ratio`, the
+rate limiter's blocked times and, for prioritized tables, `max_priority`
+(see `summaries`) into the Learner's own `<root_dir>/train` event file every
+`interval` train steps. Inside your own summary writer's scope,
+`smart_replay.telemetry.write_buffer_summaries(manager, step=train_step)`
+writes them once.
 """
 
 from smart_replay.telemetry.summaries import buffer_scalars

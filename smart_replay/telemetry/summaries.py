@@ -12,9 +12,10 @@
   been blocked by the rate limiter right now, and `insert_wait_total_s`,
   `sample_wait_total_s`: Reverb's total time callers waited;
 - `max_priority` (prioritized tables): the largest priority given so far,
-  which new items get. Reverb 0.14 has no way to read the priorities of
-  stored items without sampling them (which changes the counts) or
-  checkpointing, so the distribution is not summarized;
+  which new items get. The minimum and mean of the stored items' priorities
+  are not summarized: Reverb 0.14 reads them only by sampling (which changes
+  the counts and the rate limiter) or from a snapshot of the tables (the
+  cost of a checkpoint), and `manager.stats()` does not report them;
 - `env_steps`, `episodes`: steps and finished episodes written through the
   buffer's observers.
 """
