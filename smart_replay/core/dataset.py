@@ -66,6 +66,10 @@ class ReplayInfo(NamedTuple):
       (max over the batch); 1 for tables that are not prioritized.
     mask: bool, False on the padding steps of episode items shorter than the
       table's `episode_length`; True everywhere else.
+    source: int32, where the element was sampled: `ONLINE` (0, the sampled
+      table: the buffer's own) or `STARTER` (1, a read-only starter table
+      mixed in by `get_dataset(starter_fraction=...)`); the other fields
+      (key, probability, table_size, priority) are the source table's.
   """
   key: Any
   probability: Any
@@ -74,6 +78,10 @@ class ReplayInfo(NamedTuple):
   times_sampled: Any
   weight: Any
   mask: Any
+  source: Any
+
+
+ONLINE, STARTER = 0, 1  # ReplayInfo.source values.
 
 
 def importance_weights(probability: tf.Tensor, table_size: tf.Tensor,
@@ -173,31 +181,13 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         f'{sequence_length}.')
   if timeout_s is not None:
     checks.positive('timeout_s', timeout_s)
-  stored_length = None if variable_length else sequence_length
-  shapes = tf.nest.map_structure(
-      lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
-  if blocks is not None:  # One step per item: a block of packed steps.
-    shapes = tf.TensorShape([1, blocks[0]] + data_spec.shape.as_list())
-  dtypes = tf.nest.map_structure(lambda s: s.dtype, data_spec)
+  dtypes, shapes = item_signature(data_spec, sequence_length,
+                                  variable_length=variable_length,
+                                  blocks=blocks)
   pieces = sequence_length // num_steps
 
-  def pad(sample):
-    """Pads a variable-length item to `sequence_length` steps, with a mask."""
-    length = tf.shape(tf.nest.flatten(sample.data)[0])[0]
-    def pad_leaf(t):
-      padding = [[0, sequence_length - length]] + [[0, 0]] * (t.shape.rank - 1)
-      return tf.ensure_shape(tf.pad(t, padding),
-                             [sequence_length] + t.shape[1:].as_list())
-    mask = tf.sequence_mask(length, sequence_length)
-    return tf.nest.map_structure(pad_leaf, sample.data), sample.info, mask
-
-  def split(sample):
-    """Splits an item into `pieces` samples of `num_steps` steps."""
-    data = tf.nest.map_structure(
-        lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
-        sample.data)
-    info = tf.nest.map_structure(lambda t: tf.fill([pieces], t), sample.info)
-    return reverb.ReplaySample(info=info, data=data)
+  pad = lambda sample: pad_item(sample, sequence_length)
+  split = lambda sample: split_item(sample, pieces, num_steps)
 
   def finish(*batch):
     """Adds the importance weights and broadcasts per-item info over steps."""
@@ -214,7 +204,7 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         key=steps(info.key), probability=steps(info.probability),
         table_size=steps(info.table_size), priority=steps(info.priority),
         times_sampled=steps(info.times_sampled), weight=steps(weight),
-        mask=mask)
+        mask=mask, source=tf.fill(tf.shape(mask), ONLINE))
     if decode is not None:  # Once per batch, after batching.
       data = decode(data)
     if as_train_kwargs:
@@ -245,7 +235,7 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
       dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     dataset = dataset.map(finish)
     if timeout_s is not None:
-      dataset = dataset.concatenate(_timeout_tail(dataset.element_spec, client,
+      dataset = dataset.concatenate(timeout_tail(dataset.element_spec, client,
                                                   table, timeout_s))
     return dataset
 
@@ -301,11 +291,22 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
       drop_remainder=not consumed, prefetch=prefetch, decode=decode)
 
 
-def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:
+def timeout_tail(element_spec: Any, client: reverb.Client, table: str,
+                 timeout_s: float) -> tf.data.Dataset:
   """One element that raises a descriptive error when it is produced.
 
   Reverb ends a sampling stream only when its rate-limiter timeout expires, so
   reaching this element means the dataset waited `timeout_s` for data.
+
+  Args:
+    element_spec: the spec of the stream's elements.
+    client: a client of the server holding `table` (for the message).
+    table: the sampled table.
+    timeout_s: the timeout that expired.
+
+  Returns:
+    A one-element dataset whose element raises `WaitTimeoutError` (as a
+    `tf.errors.OpError` naming the table and its state).
   """
   def fail():  # Never returns: producing this element is the timeout.
     raise errors.WaitTimeoutError(_timeout_message(client, table, timeout_s))
@@ -319,3 +320,64 @@ def _timeout_tail(element_spec, client, table, timeout_s) -> tf.data.Dataset:
       lambda s: tf.zeros([d or 0 for d in s.shape.as_list()], s.dtype),
       element_spec)
   return tf.data.Dataset.from_tensors(zeros).map(raise_instead)
+
+
+def item_signature(data_spec: Any, sequence_length: int, *,
+                   variable_length: bool = False,
+                   blocks: Optional[Tuple[int, int]] = None):
+  """`(dtypes, shapes)` of a table's items, for `reverb.TrajectoryDataset`.
+
+  Args:
+    data_spec: the spec of one stored step.
+    sequence_length: steps per item (the longest, for episode items).
+    variable_length: items of up to `sequence_length` steps.
+    blocks: `(block_length, windows_per_item)` of packed items, or None.
+
+  Returns:
+    Nests of dtypes and `TensorShape`s with the time dimension first.
+  """
+  stored_length = None if variable_length else sequence_length
+  shapes = tf.nest.map_structure(
+      lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
+  if blocks is not None:  # One step per item: a block of packed steps.
+    shapes = tf.TensorShape([1, blocks[0]] + data_spec.shape.as_list())
+  return tf.nest.map_structure(lambda s: s.dtype, data_spec), shapes
+
+
+def pad_item(sample: reverb.ReplaySample, sequence_length: int):
+  """Pads a variable-length item to `sequence_length` steps, with a mask.
+
+  Args:
+    sample: one sampled item.
+    sequence_length: the length to pad to.
+
+  Returns:
+    `(data, info, mask)` with `mask` False on the padding steps.
+  """
+  length = tf.shape(tf.nest.flatten(sample.data)[0])[0]
+  def pad_leaf(t):
+    padding = [[0, sequence_length - length]] + [[0, 0]] * (t.shape.rank - 1)
+    return tf.ensure_shape(tf.pad(t, padding),
+                           [sequence_length] + t.shape[1:].as_list())
+  mask = tf.sequence_mask(length, sequence_length)
+  return tf.nest.map_structure(pad_leaf, sample.data), sample.info, mask
+
+
+def split_item(sample: reverb.ReplaySample, pieces: int, num_steps: int
+               ) -> reverb.ReplaySample:
+  """Splits an item into `pieces` samples of `num_steps` steps.
+
+  Args:
+    sample: one sampled item of `pieces * num_steps` steps.
+    pieces: samples to cut it into.
+    num_steps: steps per sample.
+
+  Returns:
+    A `ReplaySample` with a leading dimension of `pieces` (its info
+    repeated).
+  """
+  data = tf.nest.map_structure(
+      lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
+      sample.data)
+  info = tf.nest.map_structure(lambda t: tf.fill([pieces], t), sample.info)
+  return reverb.ReplaySample(info=info, data=data)
