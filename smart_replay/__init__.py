@@ -9,7 +9,9 @@ TensorBoard scalars of a buffer, in one line of a TF-Agents Learner::
     import smart_replay
     triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=1000)]
 
-(the `telemetry` subpackage). Everything else
+(the `telemetry` subpackage). A read-only starter buffer mixed into each
+batch with a fixed or annealed fraction: the `mixing` subpackage and
+`FractionSchedule`. Everything else
 (the `core`, `checkpointing`, `tools` and `remote` subpackages) is importable
 for advanced use. The public names load on first use, so `import
 smart_replay` does not load TensorFlow.
@@ -33,11 +35,13 @@ _ERRORS = ('BufferInUseError', 'CheckpointCorruptError',
            'ForeignCheckpointError', 'CheckpointWriteError',
            'ManagerStateError', 'ManifestMismatchError', 'MissingExtraError',
            'PrefillWouldBlockError', 'ServerUnavailableError',
-           'SmartReplayError', 'TrajectorySpecError', 'WaitTimeoutError',
+           'SmartReplayError', 'StarterMismatchError', 'TrajectorySpecError',
+           'WaitTimeoutError',
            'WouldBlockError', 'WriteFailedError')
 # Public name -> the module that defines it.
 _EXPORTS = {
     **{name: 'smart_replay.errors' for name in _ERRORS},
+    'FractionSchedule': 'smart_replay.mixing.schedule',
     'ReplayInfo': 'smart_replay.core.dataset',
     'ReplayBufferManager': 'smart_replay.manager',
     'TrajectoryObserver': 'smart_replay.core.observer',
@@ -46,7 +50,7 @@ _EXPORTS = {
 
 
 # Public subpackages, imported on first use as `smart_replay.<name>`.
-_SUBPACKAGES = ('telemetry',)
+_SUBPACKAGES = ('mixing', 'telemetry')
 
 
 def __getattr__(name):
@@ -73,6 +77,7 @@ __all__ = [
     'CheckpointNotFoundError',
     'ForeignCheckpointError',
     'CheckpointWriteError',
+    'FractionSchedule',
     'ManagerStateError',
     'ManifestMismatchError',
     'MissingExtraError',
@@ -81,11 +86,13 @@ __all__ = [
     'ReplayInfo',
     'ServerUnavailableError',
     'SmartReplayError',
+    'StarterMismatchError',
     'TableConfig',
     'TrajectoryObserver',
     'TrajectorySpecError',
     'WaitTimeoutError',
     'WouldBlockError',
     'WriteFailedError',
+    'mixing',
     'telemetry',
 ]

@@ -61,6 +61,11 @@ class ManifestMismatchError(SmartReplayError, ValueError):
     self.differences = list(differences)
 
 
+class StarterMismatchError(ManifestMismatchError):
+  """A starter buffer is not the one a run's checkpoint recorded (another
+  fingerprint), or a checkpoint written without a starter was asked for one."""
+
+
 class TrajectorySpecError(SmartReplayError, ValueError):
   """A trajectory written to the buffer does not match the buffer's data spec."""
 

@@ -92,6 +92,12 @@ class ReplayBufferManager:
     non_finite: 'error', 'warn' or 'allow' a NaN/Inf in a float field.
     float_bounds: the same for floats outside their bounded spec (default
       'warn'); other bound violations are always refused.
+    starter_dir: a starter buffer served read-only beside this one (its
+      first table; see `smart_replay.mixing`), for
+      `get_dataset(starter_fraction=...)`; checkpoints record it by path and
+      fingerprint instead of copying it. Loading such a checkpoint opens the
+      recorded starter (at `starter_dir` if given, e.g. after it moved) and
+      refuses one with another fingerprint.
 
   Raises:
     ValueError: if an argument is invalid; the message names it and its value.
@@ -112,7 +118,12 @@ class ReplayBufferManager:
                server_address: Optional[str] = None,
                control_address: Optional[str] = None,
                reconnect_timeout_s: float = 300.0,
-               non_finite: str = 'error', float_bounds: str = 'warn'):
+               non_finite: str = 'error', float_bounds: str = 'warn',
+               starter_dir: Optional[str] = None):
+    if starter_dir is not None and server_address is not None:
+      raise ValueError(f'starter_dir={starter_dir!r} needs an in-process '
+                       f'buffer; client mode (server_address='
+                       f'{server_address!r}) serves no starter table.')
     data_spec = specs.as_trajectory(data_spec)
     specs.validate_trajectory_spec(data_spec)
     configs = config_lib.check_manager_arguments(
@@ -134,7 +145,9 @@ class ReplayBufferManager:
             'chunk_length': chunk_length, 'non_finite': non_finite,
             'float_bounds': float_bounds, 'timeout_s': float(write_timeout_s),
             'reconnect_timeout_s': float(reconnect_timeout_s)},
-        checkpoint=self.checkpoint, make_dataset=self.get_dataset)
+        checkpoint=self.checkpoint, make_dataset=self.get_dataset,
+        starter_dir=starter_dir,
+        allow_version_mismatch=bool(allow_version_mismatch))
     self._backend = session.backend = backends.make_backend(
         data_spec, hooks=session.hooks(), server_address=server_address,
         capacity=capacity, sequence_length=sequence_length,
@@ -258,9 +271,12 @@ class ReplayBufferManager:
     return self._started()
 
   def _start(self, start: Callable[[], Any]) -> Any:
-    """Runs a backend's start; on failure nothing stays served."""
+    """Runs a backend's start and opens the starter; on failure nothing stays
+    served."""
     try:
-      return start()
+      loaded = start()
+      self._session.open_starter(loaded)
+      return loaded
     except BaseException:
       self._session.unserve()
       raise
@@ -312,8 +328,9 @@ class ReplayBufferManager:
     checkpointer_lib.check_extra(extra)
     with self._session.lock:
       self._session.require(started=True)
-      return self._backend.checkpoint(extra=extra,
-                                      counts=self._session.counts)
+      return self._backend.checkpoint(
+          extra=extra, counts=self._session.counts,
+          starter=self._session.starter_reference())
 
   def existing_checkpoints(self) -> Sequence[str]:
     """Returns the `ckpt-N` folders in `checkpoint_dir`, oldest first.
@@ -351,39 +368,10 @@ class ReplayBufferManager:
       what was passed to `checkpoint(extra=...)`.""")
   loaded_checkpoint = _read('_session', 'loaded_checkpoint', """The
       checkpoint folder `load_replay_buffer` restored, or None.""")
+  starter = _read('_session', 'starter', """The read-only starter table's
+      `mixing.StarterSource` (path, fingerprint, items), or None.""")
 
-  def close(self) -> None:
-    """Closes the observers and stops the server (client mode: disconnects).
-
-    Safe to call twice. A save still being written is waited for; the server
-    stops even if that or a flush fails, then the error is raised.
-
-    Raises:
-      WaitTimeoutError: if an observer could not flush in time, or an earlier
-        checkpoint did not finish.
-      ServerUnavailableError, WriteFailedError: if an observer lost steps.
-    """
-    session = self._session
-    with session.lock:
-      if session.closed:
-        return
-      session.closed = True
-      failure = None
-      for obs in session.observers:
-        try:
-          obs.close()
-        except errors.SmartReplayError as e:
-          failure = failure or e
-          logging.error('Closing observer failed: %s', e)
-      try:
-        self._backend.wait_for_pending_save()
-      except errors.WaitTimeoutError as e:
-        failure = failure or e
-        logging.error('%s', e)
-      session.unserve()
-      self._backend.release()
-    if failure:
-      raise failure
+  close = _forward('_session', session_lib.Session.close)
 
   def __enter__(self) -> 'ReplayBufferManager':
     """Returns the manager itself; `close()` runs on leaving the block."""

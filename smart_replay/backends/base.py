@@ -111,12 +111,15 @@ class Backend(abc.ABC):
 
   @abc.abstractmethod
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]]) -> str:
+                 counts: Callable[[], Dict[str, Any]],
+                 starter: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers and writes a verified checkpoint.
 
     Args:
       extra: user metadata for the manifest.
       counts: returns the manifest's counts once the observers are flushed.
+      starter: the reference to a read-only starter table
+        (`StarterSource.reference()`) the manifest stores beside the config.
 
     Returns:
       The checkpoint folder.

@@ -286,21 +286,25 @@ class LocalBackend(base.Backend):
     return self._store.checkpoints()
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]]) -> str:
+                 counts: Callable[[], Dict[str, Any]],
+                 starter: Optional[Dict[str, Any]] = None) -> str:
     """Waits for an earlier timed-out save, flushes, then saves (with the
     buffer config and `counts()`) through the `Checkpointer`.
 
     Args:
       extra: user metadata for the manifest.
       counts: the manager's counts, read once the observers are flushed.
+      starter: a starter reference the manifest stores under 'starter'.
 
     Returns:
       The new `ckpt-N` folder.
     """
     self._checkpointer.wait_for_pending_save()
     self._hooks.flush()
-    return self._checkpointer.save(self.config.to_manifest(), counts(),
-                                   extra=extra)
+    config = self.config.to_manifest()
+    if starter is not None:
+      config = {**config, 'starter': starter}
+    return self._checkpointer.save(config, counts(), extra=extra)
 
   @contextlib.contextmanager
   def _paused(self, *, flush: bool):

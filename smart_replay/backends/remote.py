@@ -146,12 +146,15 @@ class RemoteBackend(base.Backend):
     return self._call('info', timeout_s=self._connect_timeout_s)['checkpoints']
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]]) -> str:
+                 counts: Callable[[], Dict[str, Any]],
+                 starter: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers, then has the server checkpoint.
 
     Args:
       extra: user metadata for the manifest.
       counts: unused: the server counts what it saves.
+      starter: unused: client mode has no starter table (the manager
+        refuses `starter_dir` with `server_address`).
 
     Returns:
       The checkpoint folder on the server's machine.

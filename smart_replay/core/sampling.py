@@ -5,7 +5,7 @@
 the manager's `Session`.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
 
@@ -15,6 +15,8 @@ from smart_replay.core import dataset as dataset_lib
 from smart_replay.core import limiter
 from smart_replay.core import priorities as priorities_lib
 from smart_replay.core import session as session_lib
+from smart_replay.mixing import dataset as mix_lib
+from smart_replay.mixing import schedule as schedule_lib
 
 
 class Sampling:
@@ -32,7 +34,10 @@ class Sampling:
                   sample_timeout_s: Optional[float] = None,
                   train_step: Optional[tf.Variable] = None,
                   as_train_kwargs: bool = False,
-                  prefetch: int = 2) -> tf.data.Dataset:
+                  prefetch: int = 2,
+                  starter_fraction: Union[
+                      None, float, schedule_lib.FractionSchedule] = None
+                  ) -> tf.data.Dataset:
     """Returns a `tf.data.Dataset` of batches for `tf_agents.train.Learner`.
 
     Args:
@@ -51,12 +56,18 @@ class Sampling:
         by the importance-sampling weights (TF-Agents 0.19 cannot pre-create
         optimizer variables from such a dataset).
       prefetch: batches to prefetch.
+      starter_fraction: mix the manager's read-only starter table (see
+        `starter_dir`) into each batch: each element comes from it with this
+        probability, a number in [0, 1] or a `mixing.FractionSchedule`
+        (annealed by `train_step`); importance weights are then computed per
+        source (see `smart_replay.mixing.dataset`). None: only `table_name`.
 
     Returns:
       A dataset of `(Trajectory[batch, num_steps, ...], ReplayInfo)`; the
       `ReplayInfo` holds the item keys, Reverb's sample info, the
-      importance-sampling `weight` (1 unless the table is prioritized) and
-      the `mask` of episode padding, each `[batch, num_steps]`. When no
+      importance-sampling `weight` (1 unless the table is prioritized), the
+      `mask` of episode padding and the `source` of each element (`ONLINE`
+      or `STARTER`), each `[batch, num_steps]`. When no
       sample is allowed within the timeout, its iterator raises a
       `tf.errors.OpError` naming the table and its state, and the same
       iterator samples again on the next call. For tables with
@@ -65,8 +76,10 @@ class Sampling:
       depth is one batch).
 
     Raises:
-      ValueError: if an argument is invalid or the table is unknown.
-      ManagerStateError: if the manager is not started.
+      ValueError: if an argument is invalid or the table is unknown, or the
+        starter cannot be mixed into the table (names what differs).
+      ManagerStateError: if the manager is not started, or
+        `starter_fraction` is given without a starter.
     """
     session = self._session
     session.require(started=True)
@@ -75,12 +88,38 @@ class Sampling:
         sample_timeout_s
     checks.positive('sample_timeout_s', timeout)
     layout = session.config.step_layout
+    schedule = schedule_lib.as_schedule(starter_fraction)
+    if schedule is not None:
+      return self._mixed(config, schedule, batch_size=batch_size,
+                         num_steps=num_steps, train_step=train_step,
+                         as_train_kwargs=as_train_kwargs, timeout_s=timeout,
+                         prefetch=prefetch)
     return dataset_lib.table_dataset(
         session.client, config, data_spec=layout.step_spec,
         decode=layout.decode if layout.name != 'columns' else None,
         batch_size=batch_size, num_steps=num_steps,
         beta=priorities_lib.beta(config, train_step),
         as_train_kwargs=as_train_kwargs, timeout_s=timeout, prefetch=prefetch)
+
+  def _mixed(self, config: Any, schedule: schedule_lib.FractionSchedule, *,
+             train_step: Optional[tf.Variable], **kwargs) -> tf.data.Dataset:
+    """`get_dataset` mixing the starter into `config`'s table."""
+    session = self._session
+    starter = session.starter
+    if starter is None:
+      raise errors.ManagerStateError(
+          f'starter_fraction={schedule.describe()} needs a starter table: '
+          'build the manager with starter_dir=<a starter buffer>.')
+    layout = session.config.step_layout
+    mix_lib.check_mixable(config, starter.table, layout.step_spec,
+                          starter.config.step_layout.step_spec)
+    return mix_lib.mixed_dataset(
+        mix_lib.Source(session.client, config,
+                       priorities_lib.beta(config, train_step)),
+        mix_lib.Source(starter.client, starter.table,
+                       priorities_lib.beta(starter.table, train_step)),
+        data_spec=layout.step_spec, schedule=schedule, train_step=train_step,
+        decode=layout.decode if layout.name != 'columns' else None, **kwargs)
 
   def check_prefill(self, steps: int, *, num_envs: Optional[int] = None
                     ) -> None:
@@ -177,6 +216,9 @@ class Sampling:
     # Named as the Learner passes them with use_kwargs_in_agent_train=True.
     def update(experience, loss_info):
       _, info = experience  # (experience, ReplayInfo)
-      self.update_priorities(info.key, priorities_fn(loss_info),
+      # Starter elements of a mixed batch keep their priority (read-only).
+      online = tf.equal(info.source[:, 0], dataset_lib.ONLINE)
+      self.update_priorities(tf.boolean_mask(info.key[:, 0], online),
+                             tf.boolean_mask(priorities_fn(loss_info), online),
                              table_name=config.name)
     return update

@@ -23,6 +23,7 @@ from smart_replay.core import observer as observer_lib
 from smart_replay.core import priorities as priorities_lib
 from smart_replay.core import replay_buffer as replay_buffer_lib
 from smart_replay.core import stats as stats_lib
+from smart_replay.mixing import starter as starter_lib
 
 
 class Session:
@@ -39,13 +40,22 @@ class Session:
       `py_client.checkpoint()`).
     make_dataset: the manager's `get_dataset` (the replay buffer's
       `as_dataset`).
+    starter_dir: a starter buffer to serve read-only beside the buffer.
+    allow_version_mismatch: open a starter of other package versions.
   """
 
   def __init__(self, data_spec: Any, *, num_envs: Optional[int],
                sample_timeout_s: float, connect_timeout_s: float,
                observer_args: Dict[str, Any], checkpoint: Callable[[], str],
-               make_dataset: Callable[..., tf.data.Dataset]):
+               make_dataset: Callable[..., tf.data.Dataset],
+               starter_dir: Optional[str] = None,
+               allow_version_mismatch: bool = False):
     self._checkpoint, self._make_dataset = checkpoint, make_dataset
+    self.starter_dir = starter_dir
+    self._allow_version_mismatch = allow_version_mismatch
+    # The read-only starter table served beside the buffer (see
+    # `mixing.starter`), from start until unserve().
+    self.starter: Optional[starter_lib.StarterSource] = None
     self.data_spec = data_spec
     self.num_envs = num_envs
     self.sample_timeout_s = sample_timeout_s
@@ -211,12 +221,72 @@ class Session:
       self.priorities.reset()
       self.blocked.clear()
 
+  def open_starter(self, loaded: Optional[Dict[str, Any]]) -> None:
+    """Opens the starter asked for (`starter_dir`) or recorded by the loaded
+    checkpoint (see `mixing.starter.open_for`).
+
+    Args:
+      loaded: `{'path', 'manifest'}` of a loaded checkpoint, or None for a
+        new buffer.
+
+    Raises:
+      StarterMismatchError: if the starter's fingerprint is not the recorded
+        one, or a checkpoint without a starter was asked for one.
+    """
+    self.starter = starter_lib.open_for(
+        self.starter_dir,
+        loaded['manifest'].get(starter_lib.MANIFEST_KEY) if loaded else None,
+        loading=loaded is not None, where=loaded and loaded['path'],
+        connect_timeout_s=self.connect_timeout_s,
+        allow_version_mismatch=self._allow_version_mismatch)
+
+  def starter_reference(self) -> Optional[Dict[str, Any]]:
+    """What a checkpoint records about the starter (None without one)."""
+    return self.starter.reference() if self.starter else None
+
   def unserve(self) -> None:
-    """Stops serving: the backend stops, clients and observers are dropped."""
+    """Stops serving: the backend and the starter stop, clients and observers
+    are dropped."""
     self.serving.assign(False)
+    if self.starter is not None:
+      self.starter.close()
+      self.starter = None
     self.backend.stop()
     self.client = self.replay_buffer = self.tf_client = None
     self.observers = []
+
+  def close(self) -> None:
+    """Closes the observers and stops the server (client mode: disconnects).
+
+    Safe to call twice. A save still being written is waited for; the server
+    (and a starter's) stops even if that or a flush fails, then the error is
+    raised.
+
+    Raises:
+      WaitTimeoutError: if an observer could not flush in time, or an earlier
+        checkpoint did not finish.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps.
+    """
+    with self.lock:
+      if self.closed:
+        return
+      self.closed = True
+      failure = None
+      for obs in self.observers:
+        try:
+          obs.close()
+        except errors.SmartReplayError as e:
+          failure = failure or e
+          logging.error('Closing observer failed: %s', e)
+      try:
+        self.backend.wait_for_pending_save()
+      except errors.WaitTimeoutError as e:
+        failure = failure or e
+        logging.error('%s', e)
+      self.unserve()
+      self.backend.release()
+    if failure:
+      raise failure
 
   def make_observer(self, *, priority: Optional[float] = None,
                     num_envs: Optional[int] = None

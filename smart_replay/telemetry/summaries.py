@@ -17,7 +17,9 @@
   the counts and the rate limiter) or from a snapshot of the tables (the
   cost of a checkpoint), and `manager.stats()` does not report them;
 - `env_steps`, `episodes`: steps and finished episodes written through the
-  buffer's observers.
+  buffer's observers;
+- `starter/items`: the items of a manager's read-only starter table (see
+  `smart_replay.mixing`), when it has one.
 """
 
 from typing import Any, Dict, Optional
@@ -59,6 +61,9 @@ def buffer_scalars(manager: Any) -> Dict[str, float]:
         [f'buffer/{name}'] if len(tables) > 1 else [])
     for prefix in prefixes:
       scalars.update({f'{prefix}/{k}': v for k, v in values.items()})
+  starter = getattr(manager, 'starter', None)
+  if starter is not None:  # A read-only starter table mixed into batches.
+    scalars['buffer/starter/items'] = float(starter.items)
   return scalars
 
 
