@@ -6,9 +6,16 @@ Examples:
   smart-replay-train --starter_dir=starter_buffers/office_seq2_2880steps \
       --run_dir=runs/sac1 --gin_file=train_sac_thermal.gin
   smart-replay-train ... --resume          # after an interruption or a crash
+  smart-replay-train ... --starter_mode=mix --starter_fraction=0.5 \
+      --starter_fraction_final=0.1 --starter_fraction_steps=50000
 
 Capacity, sequence length and spec come from the starter's manifest, the
-environment from its provenance; the starter is only read. The run writes
+environment from its provenance; the starter is only read. --starter_mode=mix
+serves it as a read-only table beside the run's own and draws each batch
+element from it with probability --starter_fraction (annealed with
+--starter_fraction_final/--starter_fraction_steps); the run's checkpoints
+then refer to the starter by path and fingerprint (if it moves, resume with
+--starter_dir=<new path>). The run writes
 <run_dir>/buffer, <run_dir>/agent (paired checkpoints), <run_dir>/train
 (TensorBoard: TF-Agents' collect metrics, the agent's and the buffer's
 scalars), <run_dir>/eval (TensorBoard: the greedy return) and
@@ -55,6 +62,19 @@ flags.DEFINE_integer('eval_episodes', 5, 'Greedy evaluation episodes (at '
                      lower_bound=0)
 flags.DEFINE_integer('eval_interval', 0, 'Train steps between evaluations '
                      '(0: only at the end).', lower_bound=0)
+flags.DEFINE_enum('starter_mode', 'copy', ['copy', 'mix', 'none'],
+                  "How the starter's data is used: 'copy' into the run's "
+                  "buffer (then evicted FIFO), 'mix' a read-only starter "
+                  "table into each batch (--starter_fraction), or 'none'.")
+flags.DEFINE_float('starter_fraction', None, "'mix': the starter's share of "
+                   'each batch at train step 0, in [0, 1] (default 0.5).')
+flags.DEFINE_float('starter_fraction_final', None, "'mix': the share to "
+                   'anneal to over --starter_fraction_steps (default: fixed).')
+flags.DEFINE_integer('starter_fraction_steps', None, "'mix': train steps to "
+                     'anneal the share over.', lower_bound=1)
+flags.DEFINE_enum('starter_fraction_schedule', 'linear',
+                  ['linear', 'exponential'], "'mix': how the share is "
+                  'annealed (exponential: by the same factor every step).')
 flags.DEFINE_boolean('resume', False, 'Continue run_dir from its newest pair.')
 flags.DEFINE_boolean('overwrite', False, 'Replace an existing run.')
 flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
@@ -64,7 +84,9 @@ flags.mark_flags_as_required(['starter_dir', 'run_dir'])
 
 _OPTIONAL = ('agent', 'env', 'num_train_steps', 'collect_steps_per_iteration',
              'train_steps_per_iteration', 'batch_size', 'checkpoint_every',
-             'seed', 'eval_episodes', 'eval_interval', 'resume', 'overwrite')
+             'seed', 'eval_episodes', 'eval_interval', 'resume', 'overwrite',
+             'starter_mode', 'starter_fraction', 'starter_fraction_final',
+             'starter_fraction_steps', 'starter_fraction_schedule')
 
 
 def main(argv):

@@ -2,11 +2,23 @@
 
 `train_from_starter` reads the starter buffer's manifest (spec, capacity,
 sequence length) and provenance (environment) instead of guessing them, checks
-that the agent's `collect_data_spec` matches the starter's spec, copies the
-starter into the run's own buffer (the starter is only read), and trains with a
-`tf_agents.train.Actor` and `Learner`. A `PairedCheckpointer` saves the agent
-and the buffer at the same train steps, so `resume=True` continues from a
-matching pair.
+that the agent's `collect_data_spec` matches the starter's spec, and trains
+with a `tf_agents.train.Actor` and `Learner`. The starter is only read; how
+its data is used is `starter_mode`:
+
+- 'copy': the run's buffer starts as a copy of the starter, sampled in
+  proportion to its share of the table and evicted (FIFO) as new data comes;
+- 'mix': the starter is served read-only beside the run's (online) buffer,
+  which starts empty; each batch draws every element from the starter with
+  probability `starter_fraction`, fixed or annealed over train steps (see
+  `smart_replay.mixing`); the run's checkpoints record the starter by path
+  and fingerprint instead of copying it, and a resume continues the schedule
+  at the restored train step;
+- 'none': the starter only gives the spec and environment; training uses
+  only the run's own experience (a baseline).
+
+A `PairedCheckpointer` saves the agent and the buffer at the same train
+steps, so `resume=True` continues from a matching pair.
 
 Run layout::
 
@@ -19,7 +31,11 @@ Run layout::
                         EnvironmentSteps, NumberOfEpisodes,
                         EnvironmentStepsPerSecond), train_steps_per_sec and
                         the buffer's scalars (buffer/*, see
-                        `smart_replay.telemetry`); at each evaluation, the
+                        `smart_replay.telemetry`; 'mix' adds
+                        buffer/starter/fraction, the scheduled share, and
+                        buffer/starter/sampled_fraction, the share the
+                        batches made since the last point had); at each
+                        evaluation, the
                         greedy policy's eval/AverageReturn and
                         eval/AverageEpisodeLength
     <run_dir>/eval/     TensorBoard: the same evaluation as TF-Agents' eval
@@ -47,16 +63,17 @@ from tf_agents.train.utils import train_utils
 
 from smart_replay.apps import agents
 from smart_replay.apps import evaluation
+from smart_replay.apps import train_checks
 from smart_replay.apps import train_progress
+from smart_replay.apps import train_summaries
 from smart_replay import errors
 from smart_replay import manager as manager_lib
 from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.core import checks
-from smart_replay.core import specs
-from smart_replay import telemetry
-from smart_replay.tools import provenance
+from smart_replay.mixing import dataset as mixing_dataset
 
+MODES = train_checks.MODES
 BUFFER_DIR = 'buffer'
 AGENT_DIR = 'agent'
 SUMMARY_DIR = 'train'
@@ -81,6 +98,8 @@ class TrainResult:
       episodes (None if `eval_episodes` is 0).
     checkpoint: the last saved pair.
     interrupted: True if a stop was requested before the target step.
+    starter_mode: 'copy', 'mix' or 'none' (see the module docstring).
+    starter_items: items of the read-only starter table ('mix'), else None.
   """
   run_dir: str
   train_step: int
@@ -91,16 +110,8 @@ class TrainResult:
   greedy_return: Optional[float]
   checkpoint: paired_checkpoint.Pair
   interrupted: bool
-
-
-def _starter_env(starter_dir: str) -> str:
-  try:
-    return provenance.read_provenance(starter_dir)['env']
-  except (OSError, ValueError, KeyError) as e:
-    raise ValueError(
-        f'cannot tell which environment {starter_dir} was collected in: its '
-        f'{provenance.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
-        'env= explicitly.') from None
+  starter_mode: str = 'copy'
+  starter_items: Optional[int] = None
 
 
 @gin.configurable(denylist=['stop_requested'])
@@ -112,7 +123,11 @@ def train_from_starter(
     checkpoint_every: int = 500, resume: bool = False,
     overwrite: bool = False, seed: int = 0, eval_episodes: int = 5,
     eval_interval: int = 0, log_every_s: float = 10.0,
-    show_progress: bool = False,
+    show_progress: bool = False, starter_mode: str = 'copy',
+    starter_fraction: Optional[float] = None,
+    starter_fraction_final: Optional[float] = None,
+    starter_fraction_steps: Optional[int] = None,
+    starter_fraction_schedule: str = 'linear',
     stop_requested: Optional[Callable[[], bool]] = None) -> TrainResult:
   """Trains an agent from a starter buffer; resumable from a matching pair.
 
@@ -136,6 +151,13 @@ def train_from_starter(
     log_every_s: seconds between progress log lines (without a bar).
     show_progress: draw a progress bar (train steps with rate and ETA, env
       steps, episodes, recent return) instead of log lines.
+    starter_mode: 'copy', 'mix' or 'none' (see the module docstring).
+    starter_fraction: 'mix': the starter's share of each batch at train step
+      0, in [0, 1] (default 0.5).
+    starter_fraction_final: 'mix': the share to anneal to (None: fixed).
+    starter_fraction_steps: 'mix': train steps over which it is annealed.
+    starter_fraction_schedule: 'linear' or 'exponential' (see
+      `mixing.FractionSchedule`).
     stop_requested: polled between iterations; True stops after a final
       checkpoint.
 
@@ -152,6 +174,9 @@ def train_from_starter(
     CheckpointExistsError: if `run_dir` has checkpoints and neither `resume`
       nor `overwrite` is set.
     CheckpointNotFoundError: if `resume` finds checkpoints but no pair.
+    StarterMismatchError: if a 'mix' run is resumed with a starter whose
+      fingerprint differs from the recorded one (lists both), or a run is
+      resumed in another `starter_mode` than it was started in.
   """
   for name, value in (('num_train_steps', num_train_steps),
                       ('collect_steps_per_iteration',
@@ -168,6 +193,9 @@ def train_from_starter(
                        f'got {value!r}.')
   if resume and overwrite:
     raise ValueError('resume and overwrite exclude each other.')
+  schedule = train_checks.fraction_schedule(starter_mode, starter_fraction,
+                                starter_fraction_final, starter_fraction_steps,
+                                starter_fraction_schedule)
   run_dir = os.path.abspath(run_dir)
   buffer_dir = os.path.join(run_dir, BUFFER_DIR)
   agent_dir = os.path.join(run_dir, AGENT_DIR)
@@ -175,17 +203,19 @@ def train_from_starter(
 
   # Everything about the buffer comes from the starter's manifest.
   manager = manager_lib.ReplayBufferManager.from_checkpoint(
-      starter_dir, checkpoint_dir=buffer_dir)
-  env_name = env or _starter_env(starter_dir)
+      starter_dir, checkpoint_dir=buffer_dir,
+      starter_dir=starter_dir if schedule else None)
+  env_name = env or train_checks.starter_env(starter_dir)
   environment = env_factory.make_environment(env_name, seed=seed)
   train_step = train_utils.create_train_step()
-  tf_agent = agents.make_agent(agent, time_step_spec=environment.time_step_spec(),
-                               action_spec=environment.action_spec(),
-                               train_step=train_step)
-  _check_spec(starter_dir, manager.data_spec, tf_agent.collect_data_spec)
-  _check_no_ratio_limiter(starter_dir, manager.table_configs,
-                          collect_steps_per_iteration,
-                          train_steps_per_iteration * batch_size)
+  tf_agent = agents.make_agent(
+      agent, time_step_spec=environment.time_step_spec(),
+      action_spec=environment.action_spec(), train_step=train_step)
+  train_checks.check_spec(starter_dir, manager.data_spec,
+                          tf_agent.collect_data_spec)
+  train_checks.check_no_ratio_limiter(starter_dir, manager.table_configs,
+                                     collect_steps_per_iteration,
+                                     train_steps_per_iteration * batch_size)
   sequence_length = manager.sequence_length
   if sequence_length % 2:
     raise ValueError(
@@ -204,8 +234,18 @@ def train_from_starter(
       raise errors.CheckpointExistsError(
           f'{run_dir} already holds a run; pass resume=True to continue it '
           'or overwrite=True to start again.')
-    if pair is None:
+    if pair is None and starter_mode == 'copy':
       manager.load_replay_buffer(starter_dir, overwrite=overwrite)
+    elif pair is None:  # The online table starts empty.
+      manager.create_replay_buffer(overwrite=overwrite)
+    elif bool(manager.starter) != bool(schedule):
+      raise errors.StarterMismatchError(
+          f'{run_dir} was trained with '
+          f"starter_mode={'mix' if manager.starter else 'copy or none'}; "
+          f'resume it in that mode, not {starter_mode!r}.',
+          [('starter_mode', 'mix' if manager.starter else 'copy/none',
+            starter_mode)])
+    if pair is None:
       # Only once the new buffer is up. The Learner restores from its own
       # train/checkpoints when built, so the old run's must go too.
       for old in (agent_dir, os.path.join(run_dir, SUMMARY_DIR),
@@ -230,14 +270,19 @@ def train_from_starter(
         train_step, steps_per_run=collect_steps_per_iteration,
         observers=[observer], metrics=collect_metrics)
     episodes, env_steps, average_return, _ = collect_metrics
+    sampled = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
     trainer = learner.Learner(
         run_dir, train_step, tf_agent,
-        experience_dataset_fn=lambda: manager.get_dataset(
-            batch_size=batch_size, num_steps=2),
+        experience_dataset_fn=lambda: mixing_dataset.count_sources(
+            manager.get_dataset(batch_size=batch_size, num_steps=2,
+                                train_step=train_step,
+                                starter_fraction=schedule), sampled),
         checkpoint_interval=-1,  # The PairedCheckpointer saves the agent.
         triggers=[paired],
         summary_interval=train_steps_per_iteration)
     writer = trainer.train_summary_writer
+    share = (train_summaries.StarterShare(schedule, sampled) if schedule
+             else None)
     if pair:
       # After the Learner: its constructor's agent.initialize() copies the
       # online networks over the target networks.
@@ -264,7 +309,8 @@ def train_from_starter(
         loss = trainer.run(iterations=min(train_steps_per_iteration,
                                           remaining))
         step = written = int(train_step.numpy())
-        _write_summaries(writer, collect_metrics, manager, step)
+        train_summaries.write_summaries(writer, collect_metrics, manager,
+                                        step, share)
         progress.update(step=step, env_steps=int(env_steps.result()),
                         episodes=int(episodes.result()),
                         recent_return=float(average_return.result()),
@@ -276,8 +322,8 @@ def train_from_starter(
       progress.close()
     last = paired.save_unless_saved()
     if written != int(train_step.numpy()):  # Stopped before any training.
-      _write_summaries(writer, collect_metrics, manager,
-                       int(train_step.numpy()))
+      train_summaries.write_summaries(writer, collect_metrics, manager,
+                                      int(train_step.numpy()), share)
     greedy = evaluate() if eval_episodes else None
     writer.flush()
     result = TrainResult(
@@ -286,17 +332,9 @@ def train_from_starter(
         items_at_start=items_at_start,
         items_collected=observer.num_items - collected_before,
         items=manager.num_frames(), greedy_return=greedy, checkpoint=last,
-        interrupted=interrupted)
+        interrupted=interrupted, starter_mode=starter_mode,
+        starter_items=manager.starter.items if manager.starter else None)
   return result
-
-
-def _write_summaries(writer, collect_metrics, manager, step: int) -> None:
-  """The collect metrics (as TF-Agents' `Actor.write_metric_summaries` names
-  them) and the buffer's scalars, into `writer` at `step`."""
-  with writer.as_default(), tf.summary.record_if(True):
-    for metric in collect_metrics:
-      tf.summary.scalar('Metrics/' + metric.name, metric.result(), step=step)
-    telemetry.write_buffer_summaries(manager, step)
 
 
 def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
@@ -323,40 +361,3 @@ def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
       f'no usable agent/buffer pair in {buffer_dir}: ' + ' | '.join(problems))
 
 
-def _check_no_ratio_limiter(starter_dir, table_configs, collect_steps,
-                            samples) -> None:
-  """Raises WouldBlockError for limiters this alternating loop would stall.
-
-  The loop collects, then trains, in turns: nothing samples while the actor
-  runs and nothing inserts while the learner runs, and the loop itself fixes
-  the ratio (`samples` per `collect_steps` steps). A samples_per_insert or
-  queue limiter on top drifts against it (an episode's steps make fewer items
-  than steps) until one side waits for the other, which never comes.
-  """
-  limited = [(c.name, c.samples_per_insert) for c in table_configs
-             if c.samples_per_insert is not None or c.block_inserts_when_full]
-  if limited:
-    raise errors.WouldBlockError(
-        f'the starter {starter_dir} has rate-limited tables {limited} '
-        '(samples_per_insert or block_inserts_when_full). train_from_starter '
-        'alternates collecting and training, which already fixes the ratio '
-        f'at {samples} samples per {collect_steps} collected steps; a Reverb '
-        'ratio limiter on top would drift until the actor or the learner '
-        'waits forever for the other. Populate the starter with '
-        'samples_per_insert=None, or run the actor and the learner '
-        'concurrently (ratio limiting is meant for that).')
-
-
-def _check_spec(starter_dir, starter_spec, agent_spec) -> None:
-  """Raises ManifestMismatchError if the starter cannot feed the agent.
-
-  Dtypes and shapes must match everywhere; bounds only for the action (DQN
-  sizes its Q-head from them).
-  """
-  diffs = specs.diff_specs(starter_spec, agent_spec, bounds_for=('action',))
-  if diffs:
-    raise errors.ManifestMismatchError(
-        f'the starter buffer {starter_dir} does not match the agent\'s '
-        f'collect_data_spec ({len(diffs)} difference(s)):\n'
-        + '\n'.join(f'  {field}: starter {a}, agent {b}'
-                    for field, a, b in diffs), diffs)
