@@ -42,7 +42,7 @@ MAX_OBSERVATION_PANELS = 16
 _COLUMNS = 4
 
 
-def _pyplot():
+def pyplot():
   """Imports matplotlib's pyplot with the headless Agg backend.
 
   Returns:
@@ -331,7 +331,7 @@ def make_figure(data: BufferData) -> Tuple[Any, List[str]]:
   Raises:
     MissingExtraError: if matplotlib (the `plots` extra) is not installed.
   """
-  plt = _pyplot()
+  plt = pyplot()
   panels = _panels(data)
   rows = -(-len(panels) // _COLUMNS)
   figure, axes = plt.subplots(rows, _COLUMNS, figsize=(4.2 * _COLUMNS,
@@ -371,7 +371,7 @@ def plot_buffer(source: str, output_png: str, *,
       (An empty table gives empty panels.)
     MissingExtraError: if matplotlib (the `plots` extra) is not installed.
   """
-  plt = _pyplot()
+  plt = pyplot()
   figure, titles = make_figure(read_buffer(source, table=table))
   os.makedirs(os.path.dirname(os.path.abspath(output_png)), exist_ok=True)
   figure.savefig(output_png, dpi=90)

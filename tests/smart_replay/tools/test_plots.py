@@ -57,7 +57,7 @@ def test_discrete_actions_get_one_bar_per_value_named(tmp_path):
 
 
 def test_constant_values_are_one_labelled_bar_and_nan_is_counted():
-  plt = plots._pyplot()  # pylint: disable=protected-access
+  plt = plots.pyplot()
   figure, (constant, mixed, few) = plt.subplots(1, 3)
   assert plots.histogram(constant, np.full(50, 19.0), xlabel='t (°C)',
                          ylabel='steps') == ''
