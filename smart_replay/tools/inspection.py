@@ -21,6 +21,7 @@ from smart_replay.core import local_server as server_lib
 from smart_replay.core import packing
 from smart_replay.core import progress_log
 from smart_replay.core import specs
+from smart_replay.mixing import starter as starter_lib
 from smart_replay.tools import provenance as provenance_lib
 
 
@@ -118,7 +119,10 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
   Returns:
     `{'source', 'checkpoint', 'tables': {name: {...}}, 'spec': [leaves],
     'sequence_length', 'stride_length', 'capacity', 'env_steps',
-    'episodes', 'extra', 'versions', 'provenance', 'checkpoints': [...]}`;
+    'episodes', 'extra', 'versions', 'provenance', 'starter',
+    'checkpoints': [...]}`; `starter` is a run's read-only starter table
+    (`mixing.StarterSource.reference()` plus its `state` at that path:
+    'found', 'missing: ...' or 'DIFFERENT: ...'), else None;
     the tables and spec come from the newest checkpoint that verifies. The
     counts (`env_steps`, `episodes`, a table's `items` and
     `item_episodes`) are defined in `smart_replay.core.counters`; a table's
@@ -166,7 +170,30 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
           'extra': manifest.get('extra', {}),
           'versions': manifest.get('versions', {}),
           'provenance': provenance,
+          'starter': _starter(manifest.get('starter')),
           'checkpoints': list(reversed(entries))}
+
+
+def _starter(reference: Optional[Dict[str, Any]]
+             ) -> Optional[Dict[str, Any]]:
+  """A run's starter reference, and whether its path still holds it."""
+  if reference is None:
+    return None
+  found = []
+  try:
+    for path in checkpoints_lib.find_checkpoints(reference['path']):
+      try:
+        found.append(starter_lib.fingerprint(
+            checkpoints_lib.read_manifest(path)))
+      except errors.CheckpointCorruptError:
+        continue
+  except errors.CheckpointNotFoundError:
+    state = 'missing: pass its new path as starter_dir when loading'
+  else:
+    state = ('found' if reference['fingerprint'] in found else
+             f"DIFFERENT: holds fingerprints {found}, not "
+             f"{reference['fingerprint']}")
+  return {**reference, 'state': state}
 
 
 def describe_server(address: str, *, timeout_s: float = 10.0,
@@ -297,6 +324,13 @@ def format_text(description: Dict[str, Any]) -> str:
            f", item episodes {t['item_episodes']:,} (the unfinished one "
            'included)') + f", inserts {_number(t['inserts'])}, samples "
         f"{_number(t['samples'])}, rate limiter {t['rate_limiter']}")
+  starter = d.get('starter')
+  if starter:
+    lines.append(
+        f"  starter (read-only, mixed into batches; not in these "
+        f"checkpoints): table {starter['table']!r} of {starter['path']}, "
+        f"{starter['items']:,} items, fingerprint {starter['fingerprint']}"
+        f" ({os.path.basename(starter['checkpoint'])}): {starter['state']}")
   lines.append('Spec:')
   lines += _spec_tree(d['spec'])
   if d['provenance']:

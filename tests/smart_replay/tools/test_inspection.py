@@ -99,3 +99,36 @@ def test_describes_a_running_server(tmp_path, data_spec):
     assert table['sampler'] == 'prioritized' and table['capacity'] == 300
     assert inspection.format_text(d).startswith(
         f'Buffer: {manager.server_address}')
+
+
+def test_a_run_with_a_starter_shows_both_tables(make_manager, tmp_path):
+  starter = make_manager(tmp_path / 'starter')
+  _, observer = starter.create_replay_buffer()
+  testing.run_actor(observer, 40)
+  starter.checkpoint()
+  starter.close()
+  run = make_manager(tmp_path / 'run', starter_dir=str(tmp_path / 'starter'))
+  _, observer = run.create_replay_buffer()
+  testing.run_actor(observer, 20, seed=1)
+  fingerprint = run.starter.fingerprint
+  run.checkpoint()
+  run.close()
+  described = inspection.describe(str(tmp_path / 'run'))
+  assert described['tables']['experience']['items'] == 19
+  assert described['starter']['items'] == 39
+  assert described['starter']['state'] == 'found'
+  text = inspection.format_text(described)
+  assert (f"starter (read-only, mixed into batches; not in these "
+          f"checkpoints): table 'experience' of {tmp_path / 'starter'}, 39 "
+          f"items, fingerprint {fingerprint} (ckpt-000001): found") in text
+  os.rename(tmp_path / 'starter', tmp_path / 'elsewhere')
+  assert inspection.describe(str(tmp_path / 'run'))['starter'][
+      'state'].startswith('missing: pass its new path as starter_dir')
+  other = make_manager(tmp_path / 'starter')
+  _, observer = other.create_replay_buffer()
+  testing.run_actor(observer, 10, seed=5)
+  other.checkpoint()
+  other.close()
+  assert inspection.describe(str(tmp_path / 'run'))['starter'][
+      'state'].startswith('DIFFERENT: holds fingerprints')
+  assert inspection.describe(str(tmp_path / 'starter'))['starter'] is None
