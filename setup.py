@@ -26,6 +26,7 @@ setuptools.setup(
         'smart-replay-serve=smart_replay_scripts.serve:run',
         'smart-replay-inspect=smart_replay_scripts.inspect_buffer:run',
         'smart-replay-import=smart_replay_scripts.import_buffer:run',
+        'smart-replay-experiment=smart_replay_scripts.mixing_experiment:run',
     ]},
     # Reverb 0.14 ships wheels for CPython 3.9-3.11 only and imports distutils.
     python_requires='>=3.9,<3.12',

@@ -1,10 +1,10 @@
 r"""Does a starter buffer help? No starter, copied, fixed and annealed mixes.
 
 Examples:
-  python scripts/mixing_experiment.py --setup=cartpole --output_dir=experiments
-  python scripts/mixing_experiment.py --setup=thermal --output_dir=experiments
-  python scripts/mixing_experiment.py --setup=cartpole --seeds=0 \
-      --num_train_steps=1000 --output_dir=/tmp/quick     # a quick look
+  smart-replay-experiment --setup=cartpole --output_dir=experiments
+  smart-replay-experiment --setup=thermal --output_dir=experiments
+  smart-replay-experiment --setup=cartpole --seeds=0 --num_train_steps=1000 \
+      --output_dir=/tmp/quick                  # a quick look
 
 For the setup (CartPole: DQN from the scripted policy's starter; thermal:
 SAC from the schedule policy's), populates the starter once, then trains each
@@ -83,7 +83,7 @@ def main(argv):
 
 
 def run():
-  """Console-script entry point."""
+  """Console-script entry point (`smart-replay-experiment`)."""
   binary.run(main)
 
 

@@ -73,12 +73,16 @@ def read_eval_curve(run_dir: str) -> Dict[int, float]:
 def table_steps(num_train_steps: int, eval_interval: int) -> List[int]:
   """The train steps the table reports: the evaluations nearest a fifth and
   half of the run (rounded down), and the last step."""
-  return sorted({max(eval_interval, int(num_train_steps * k) // eval_interval
-                     * eval_interval) for k in (0.2, 0.5)} | {num_train_steps})
+  marks = {int(num_train_steps * k) // eval_interval * eval_interval
+           for k in (0.2, 0.5)}
+  return sorted({m for m in marks if m > 0} | {num_train_steps})
 
 
 def markdown_table(report: Report, steps: Sequence[int]) -> str:
-  """The greedy return at `steps`, mean ± std over seeds, as Markdown.
+  """The greedy return, mean ± std over seeds, as Markdown.
+
+  Columns: the return at `steps`, each seed's mean over all its evaluations
+  (how fast it learns: the area under its curve) and its best evaluation.
 
   Args:
     report: the experiment's report.
@@ -87,19 +91,21 @@ def markdown_table(report: Report, steps: Sequence[int]) -> str:
   Returns:
     A Markdown table, one row per variant, and the reference policy's row.
   """
-  head = ['variant'] + [f'step {s:,}' for s in steps]
+  head = (['variant'] + [f'step {s:,}' for s in steps] +
+          ['mean of all evaluations', 'best evaluation'])
   rows = ['| ' + ' | '.join(head) + ' |',
           '|' + '---|' * len(head)]
-  for variant in report.curves:
-    cells = [variant]
-    for step in steps:
-      values = report.at(variant, step)
-      cells.append(f'{np.mean(values):.1f} ± {np.std(values):.1f}'
-                   if values else 'n/a')
+  spread = lambda values: (f'{np.mean(values):.1f} ± {np.std(values):.1f}'
+                           if values else 'n/a')
+  for variant, curves in report.curves.items():
+    cells = [variant] + [spread(report.at(variant, step)) for step in steps]
+    cells.append(spread([float(np.mean(list(c.values()))) for c in curves
+                         if c]))
+    cells.append(spread([max(c.values()) for c in curves if c]))
     rows.append('| ' + ' | '.join(cells) + ' |')
   rows.append(f'| {report.policy} policy (starter) | '
-              + ' | '.join([f'{report.baseline_return:.1f}'] * len(steps))
-              + ' |')
+              + ' | '.join([f'{report.baseline_return:.1f}'] *
+                           (len(head) - 1)) + ' |')
   return '\n'.join(rows)
 
 
@@ -117,7 +123,7 @@ def draw(report: Report, output_png: str) -> str:
     MissingExtraError: if matplotlib is not installed.
   """
   pyplot = plots.pyplot()
-  figure, axis = pyplot.subplots(figsize=(8, 5))
+  figure, axis = pyplot.subplots(figsize=(10, 5))
   for variant, curves in report.curves.items():
     steps = sorted(set.intersection(*(set(c) for c in curves))) if curves \
         else []
@@ -133,10 +139,17 @@ def draw(report: Report, output_png: str) -> str:
                label=f'{report.policy} policy: {report.baseline_return:.1f}')
   axis.set_xlabel('train steps')
   axis.set_ylabel('greedy return per episode')
-  axis.set_title(f'{report.setup} ({report.env}): greedy return, mean over '
-                 'seeds (band: lowest to highest seed)')
+  name = report.setup if report.env == report.setup else \
+      f'{report.setup} ({report.env})'
+  low, high = axis.get_ylim()  # Keep the reference line off the frame.
+  pad = 0.05 * (high - low)
+  axis.set_ylim(min(low, report.baseline_return - pad),
+                max(high, report.baseline_return + pad))
+  axis.set_title(f'{name}: greedy return\n'
+                 f'line: mean of {len(report.seeds)} seeds; band: lowest to '
+                 'highest seed', fontsize='medium')
   axis.grid(alpha=0.3)
-  axis.legend(fontsize='small', loc='best')
+  axis.legend(fontsize='small', loc='upper left', bbox_to_anchor=(1.01, 1.0))
   figure.tight_layout()
   figure.savefig(output_png, dpi=110)
   pyplot.close(figure)

@@ -26,6 +26,7 @@ SCRIPTS = [
     ('smart-replay-serve', '--spec_file', '--test_srcdir'),
     ('smart-replay-inspect', '--export_rlds', '--test_srcdir'),
     ('smart-replay-import', '--spec_file', '--test_srcdir'),
+    ('smart-replay-experiment', '--seeds', '--test_srcdir'),
 ]
 # What TensorFlow and Reverb print at INFO level when nothing filters them.
 NATIVE_INFO = re.compile(r'^(\d{4}-\d\d-\d\d [\d:.]+: [IE] |\[reverb/cc/)',
