@@ -10,8 +10,14 @@ TensorBoard scalars of a buffer, in one line of a TF-Agents Learner::
     triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=1000)]
 
 (the `telemetry` subpackage). A read-only starter buffer mixed into each
-batch with a fixed or annealed fraction: the `mixing` subpackage and
-`FractionSchedule`. Everything else
+batch, with a fixed or annealed fraction (the `mixing` subpackage)::
+
+    manager = ReplayBufferManager(..., starter_dir='starter_buffers/office')
+    dataset = manager.get_dataset(batch_size=256, train_step=train_step,
+        starter_fraction=smart_replay.mixing.FractionSchedule(
+            initial=0.5, final=0.1, steps=50_000))
+
+Everything else
 (the `core`, `checkpointing`, `tools` and `remote` subpackages) is importable
 for advanced use. The public names load on first use, so `import
 smart_replay` does not load TensorFlow.
