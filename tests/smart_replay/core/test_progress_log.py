@@ -10,7 +10,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_line_names_count_rate_and_eta_and_waits_its_interval(caplog):
-  with caplog.at_level(logging.INFO):
+  # The absl logger's own level: another test may have lowered absl's
+  # verbosity in this process.
+  with caplog.at_level(logging.INFO, logger='absl'):
     quiet = progress_log.ProgressLog('import', 100, 'items', every_s=3600)
     quiet.update(50)
     assert not caplog.records  # Within the interval: no line.
