@@ -62,7 +62,7 @@ def main(argv):
   except ValueError:
     raise app.UsageError(f'--seeds must be integers, got {FLAGS.seeds}') \
         from None
-  report, exit_code, stop = cli.run_stoppable(
+  _, exit_code, stop = cli.run_stoppable(
       lambda stop: mixing_experiment.run_experiment(
           setup_name=FLAGS.setup, output_dir=FLAGS.output_dir, seeds=seeds,
           num_train_steps=FLAGS.num_train_steps, stop_requested=stop),
@@ -75,7 +75,6 @@ def main(argv):
   with open(os.path.join(root, 'table.md')) as f:
     print(f.read())
   print(f'Figure: {os.path.join(root, FLAGS.setup + ".png")}')
-  del report
   if stop():
     print('Interrupted; run again to continue.', file=sys.stderr)
     return cli.interrupted_exit_code(stop)
