@@ -193,9 +193,9 @@ def train_from_starter(
                        f'got {value!r}.')
   if resume and overwrite:
     raise ValueError('resume and overwrite exclude each other.')
-  schedule = train_checks.fraction_schedule(starter_mode, starter_fraction,
-                                starter_fraction_final, starter_fraction_steps,
-                                starter_fraction_schedule)
+  schedule = train_checks.fraction_schedule(
+      starter_mode, starter_fraction, starter_fraction_final,
+      starter_fraction_steps, starter_fraction_schedule)
   run_dir = os.path.abspath(run_dir)
   buffer_dir = os.path.join(run_dir, BUFFER_DIR)
   agent_dir = os.path.join(run_dir, AGENT_DIR)
@@ -359,5 +359,3 @@ def _load_newest_usable_pair(manager, buffer_dir, agent_dir):
     return pair
   raise errors.CheckpointCorruptError(
       f'no usable agent/buffer pair in {buffer_dir}: ' + ' | '.join(problems))
-
-
