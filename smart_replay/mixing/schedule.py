@@ -154,4 +154,3 @@ def as_schedule(fraction: Union[None, float, FractionSchedule]
     raise ValueError('starter_fraction must be a number in [0, 1] or a '
                      f'FractionSchedule, got {fraction!r}.')
   return FractionSchedule(initial=float(fraction))
-
