@@ -33,6 +33,7 @@ from smart_replay.apps import populate
 from smart_replay.apps import training
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import factory as policy_factory
+from smart_replay.tools import provenance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +171,8 @@ def run_experiment(
 def _starter(setup: Setup, root: str) -> str:
   """Populates the starter buffer once; returns its directory."""
   name = 'starter'
-  total = setup.steps_per_run * setup.num_runs
-  buffer_dir = os.path.join(root, f'{name}_seq2_{total}steps')
+  buffer_dir = os.path.join(root, provenance.buffer_dir_name(
+      name, 2, setup.steps_per_run * setup.num_runs))
   if not os.path.isdir(buffer_dir):
     result = populate.populate_starter_buffer(
         buffer_name=name, output_dir=root, env=setup.env,

@@ -25,6 +25,7 @@ import tensorflow as tf
 from smart_replay import errors
 from smart_replay.core import blocks as blocks_lib
 from smart_replay.core import checks
+from smart_replay.core import items
 from smart_replay.core import local_server as server_lib
 
 
@@ -96,9 +97,55 @@ def importance_weights(probability: tf.Tensor, table_size: tf.Tensor,
   Returns:
     float32 `[batch]` weights `w_i = (N * P(i)) ** -beta / max_j w_j`.
   """
-  scaled = tf.cast(table_size, tf.float64) * tf.cast(probability, tf.float64)
-  weights = tf.pow(scaled, -tf.cast(beta, tf.float64))
+  weights = raw_importance_weights(probability, table_size, beta)
   return tf.cast(weights / tf.reduce_max(weights), tf.float32)
+
+
+def raw_importance_weights(probability: tf.Tensor, table_size: tf.Tensor,
+                           beta: Any) -> tf.Tensor:
+  """Unnormalized importance-sampling weights `(N * P(i)) ** -beta`.
+
+  Args:
+    probability: `[batch]` sampling probabilities P(i).
+    table_size: `[batch]` table sizes N when each item was sampled.
+    beta: the exponent, a scalar in [0, 1].
+
+  Returns:
+    float64 `[batch]` weights.
+  """
+  scaled = tf.cast(table_size, tf.float64) * tf.cast(probability, tf.float64)
+  return tf.pow(scaled, -tf.cast(beta, tf.float64))
+
+
+def batch_output(data: Any, info: Any, mask: tf.Tensor, weight: tf.Tensor,
+                 source: tf.Tensor, *, decode: Optional[Callable[[Any], Any]],
+                 as_train_kwargs: bool):
+  """What a dataset yields for one batch of sampled items.
+
+  Args:
+    data: the batch of stored steps, `[batch, num_steps, ...]`.
+    info: Reverb's per-item sample info, each field `[batch]`.
+    mask: bool `[batch, num_steps]`, False on episode padding.
+    weight: float32 `[batch]` importance-sampling weights.
+    source: int32 `[batch]` `ONLINE` or `STARTER`.
+    decode: turns stored steps into the Learner's nest, or None.
+    as_train_kwargs: yield `dict(experience=..., weights=weight)`.
+
+  Returns:
+    `(trajectory, ReplayInfo)` (or `(dict(experience, weights), ReplayInfo)`)
+    with every per-item field broadcast over the steps.
+  """
+  steps = lambda t: tf.broadcast_to(t[:, None], tf.shape(mask))
+  replay_info = ReplayInfo(
+      key=steps(info.key), probability=steps(info.probability),
+      table_size=steps(info.table_size), priority=steps(info.priority),
+      times_sampled=steps(info.times_sampled), weight=steps(weight),
+      mask=mask, source=steps(source))
+  if decode is not None:  # Once per batch, after batching.
+    data = decode(data)
+  if as_train_kwargs:
+    return dict(experience=data, weights=weight), replay_info
+  return data, replay_info
 
 
 def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
@@ -181,13 +228,13 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         f'{sequence_length}.')
   if timeout_s is not None:
     checks.positive('timeout_s', timeout_s)
-  dtypes, shapes = item_signature(data_spec, sequence_length,
-                                  variable_length=variable_length,
-                                  blocks=blocks)
+  dtypes, shapes = items.signature(data_spec, sequence_length,
+                                   variable_length=variable_length,
+                                   blocks=blocks)
   pieces = sequence_length // num_steps
 
-  pad = lambda sample: pad_item(sample, sequence_length)
-  split = lambda sample: split_item(sample, pieces, num_steps)
+  pad = lambda sample: items.pad(sample, sequence_length)
+  split = lambda sample: items.split(sample, pieces, num_steps)
 
   def finish(*batch):
     """Adds the importance weights and broadcasts per-item info over steps."""
@@ -199,17 +246,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     weight = (importance_weights(info.probability, info.table_size, beta())
               if beta is not None else tf.ones_like(info.probability,
                                                     tf.float32))
-    steps = lambda t: tf.broadcast_to(t[:, None], tf.shape(mask))
-    replay_info = ReplayInfo(
-        key=steps(info.key), probability=steps(info.probability),
-        table_size=steps(info.table_size), priority=steps(info.priority),
-        times_sampled=steps(info.times_sampled), weight=steps(weight),
-        mask=mask, source=tf.fill(tf.shape(mask), ONLINE))
-    if decode is not None:  # Once per batch, after batching.
-      data = decode(data)
-    if as_train_kwargs:
-      return dict(experience=data, weights=weight), replay_info
-    return data, replay_info
+    return batch_output(data, info, mask, weight,
+                        tf.fill(tf.shape(info.key), ONLINE), decode=decode,
+                        as_train_kwargs=as_train_kwargs)
 
   def stream(_):
     """One Reverb sampling stream; it ends only when the timeout expires."""
@@ -321,63 +360,3 @@ def timeout_tail(element_spec: Any, client: reverb.Client, table: str,
       element_spec)
   return tf.data.Dataset.from_tensors(zeros).map(raise_instead)
 
-
-def item_signature(data_spec: Any, sequence_length: int, *,
-                   variable_length: bool = False,
-                   blocks: Optional[Tuple[int, int]] = None):
-  """`(dtypes, shapes)` of a table's items, for `reverb.TrajectoryDataset`.
-
-  Args:
-    data_spec: the spec of one stored step.
-    sequence_length: steps per item (the longest, for episode items).
-    variable_length: items of up to `sequence_length` steps.
-    blocks: `(block_length, windows_per_item)` of packed items, or None.
-
-  Returns:
-    Nests of dtypes and `TensorShape`s with the time dimension first.
-  """
-  stored_length = None if variable_length else sequence_length
-  shapes = tf.nest.map_structure(
-      lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
-  if blocks is not None:  # One step per item: a block of packed steps.
-    shapes = tf.TensorShape([1, blocks[0]] + data_spec.shape.as_list())
-  return tf.nest.map_structure(lambda s: s.dtype, data_spec), shapes
-
-
-def pad_item(sample: reverb.ReplaySample, sequence_length: int):
-  """Pads a variable-length item to `sequence_length` steps, with a mask.
-
-  Args:
-    sample: one sampled item.
-    sequence_length: the length to pad to.
-
-  Returns:
-    `(data, info, mask)` with `mask` False on the padding steps.
-  """
-  length = tf.shape(tf.nest.flatten(sample.data)[0])[0]
-  def pad_leaf(t):
-    padding = [[0, sequence_length - length]] + [[0, 0]] * (t.shape.rank - 1)
-    return tf.ensure_shape(tf.pad(t, padding),
-                           [sequence_length] + t.shape[1:].as_list())
-  mask = tf.sequence_mask(length, sequence_length)
-  return tf.nest.map_structure(pad_leaf, sample.data), sample.info, mask
-
-
-def split_item(sample: reverb.ReplaySample, pieces: int, num_steps: int
-               ) -> reverb.ReplaySample:
-  """Splits an item into `pieces` samples of `num_steps` steps.
-
-  Args:
-    sample: one sampled item of `pieces * num_steps` steps.
-    pieces: samples to cut it into.
-    num_steps: steps per sample.
-
-  Returns:
-    A `ReplaySample` with a leading dimension of `pieces` (its info
-    repeated).
-  """
-  data = tf.nest.map_structure(
-      lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
-      sample.data)
-  info = tf.nest.map_structure(lambda t: tf.fill([pieces], t), sample.info)
-  return reverb.ReplaySample(info=info, data=data)

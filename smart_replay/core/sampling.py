@@ -88,15 +88,15 @@ class Sampling:
         sample_timeout_s
     checks.positive('sample_timeout_s', timeout)
     layout = session.config.step_layout
+    decode = layout.decode if layout.name != 'columns' else None
     schedule = schedule_lib.as_schedule(starter_fraction)
     if schedule is not None:
       return self._mixed(config, schedule, batch_size=batch_size,
                          num_steps=num_steps, train_step=train_step,
                          as_train_kwargs=as_train_kwargs, timeout_s=timeout,
-                         prefetch=prefetch)
+                         prefetch=prefetch, decode=decode)
     return dataset_lib.table_dataset(
-        session.client, config, data_spec=layout.step_spec,
-        decode=layout.decode if layout.name != 'columns' else None,
+        session.client, config, data_spec=layout.step_spec, decode=decode,
         batch_size=batch_size, num_steps=num_steps,
         beta=priorities_lib.beta(config, train_step),
         as_train_kwargs=as_train_kwargs, timeout_s=timeout, prefetch=prefetch)
@@ -110,16 +110,16 @@ class Sampling:
       raise errors.ManagerStateError(
           f'starter_fraction={schedule.describe()} needs a starter table: '
           'build the manager with starter_dir=<a starter buffer>.')
-    layout = session.config.step_layout
-    mix_lib.check_mixable(config, starter.table, layout.step_spec,
+    step_spec = session.config.step_layout.step_spec
+    mix_lib.check_mixable(config, starter.table, step_spec,
                           starter.config.step_layout.step_spec)
     return mix_lib.mixed_dataset(
         mix_lib.Source(session.client, config,
                        priorities_lib.beta(config, train_step)),
         mix_lib.Source(starter.client, starter.table,
                        priorities_lib.beta(starter.table, train_step)),
-        data_spec=layout.step_spec, schedule=schedule, train_step=train_step,
-        decode=layout.decode if layout.name != 'columns' else None, **kwargs)
+        data_spec=step_spec, schedule=schedule, train_step=train_step,
+        **kwargs)
 
   def check_prefill(self, steps: int, *, num_envs: Optional[int] = None
                     ) -> None:

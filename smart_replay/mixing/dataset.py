@@ -18,30 +18,30 @@ not corrected for. `ReplayInfo.source` says where each element came from
 (the starter is read-only).
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import reverb
 import tensorflow as tf
 
 from smart_replay.core import checks
 from smart_replay.core import dataset as dataset_lib
+from smart_replay.core import items as items_lib
 from smart_replay.core import specs
 from smart_replay.mixing import schedule as schedule_lib
 
 
-class Source:
+class Source(NamedTuple):
   """One side of a mix: a table on a server, and how its weights are made.
 
-  Args:
+  Attributes:
     client: a client of the server holding the table.
     config: the table's resolved `TableConfig`.
     beta: the importance exponent callable (see `priorities.beta`), or None
       for weights of 1.
   """
-
-  def __init__(self, client: reverb.Client, config: Any,
-               beta: Optional[Callable[[], Any]]):
-    self.client, self.config, self.beta = client, config, beta
+  client: reverb.Client
+  config: Any
+  beta: Optional[Callable[[], Any]]
 
 
 def check_mixable(online: Any, starter: Any, online_spec: Any,
@@ -129,8 +129,7 @@ def mixed_dataset(online: Source, starter: Source, *, data_spec: Any,
     raise ValueError(
         f'num_steps={num_steps!r} must be a positive divisor of the tables\' '
         f'item length {length} (episode items: the whole item).')
-  fraction = schedule.tensor(train_step)  # Raises now if it needs the step.
-  del fraction
+  schedule.tensor(train_step)  # Raises now if it needs the step.
   streams = [_items(side, data_spec, length, num_steps, variable, batch_size,
                     timeout_s, source)
              for source, side in ((dataset_lib.ONLINE, online),
@@ -150,17 +149,9 @@ def mixed_dataset(online: Source, starter: Source, *, data_spec: Any,
     raw = tf.where(source == dataset_lib.STARTER, raw[1], raw[0])
     largest = tf.math.unsorted_segment_max(raw, source, 2)
     weight = tf.cast(raw / tf.gather(largest, source), tf.float32)
-    steps = lambda t: tf.broadcast_to(t[:, None], tf.shape(mask))
-    replay_info = dataset_lib.ReplayInfo(
-        key=steps(info.key), probability=steps(info.probability),
-        table_size=steps(info.table_size), priority=steps(info.priority),
-        times_sampled=steps(info.times_sampled), weight=steps(weight),
-        mask=mask, source=steps(source))
-    if decode is not None:
-      data = decode(data)
-    if as_train_kwargs:
-      return dict(experience=data, weights=weight), replay_info
-    return data, replay_info
+    return dataset_lib.batch_output(data, info, mask, weight, source,
+                                    decode=decode,
+                                    as_train_kwargs=as_train_kwargs)
 
   return mixed.batch(batch_size, drop_remainder=True).map(finish).prefetch(
       prefetch)
@@ -170,37 +161,37 @@ def _raw_weights(info: Any, beta: Optional[Callable[[], Any]]) -> tf.Tensor:
   """`(N * P(i)) ** -beta` per element (float64); 1 without a beta."""
   if beta is None:
     return tf.ones_like(info.probability, tf.float64)
-  scaled = (tf.cast(info.table_size, tf.float64) *
-            tf.cast(info.probability, tf.float64))
-  return tf.pow(scaled, -tf.cast(beta(), tf.float64))
+  return dataset_lib.raw_importance_weights(info.probability, info.table_size,
+                                            beta())
 
 
 def _items(side: Source, data_spec: Any, length: int, num_steps: int,
            variable: bool, batch_size: int, timeout_s: float,
            source: int) -> tf.data.Dataset:
   """An endless stream of `(data, info, mask, source)` items of one table."""
-  dtypes, shapes = dataset_lib.item_signature(data_spec, length,
-                                              variable_length=variable)
+  dtypes, shapes = items_lib.signature(data_spec, length,
+                                       variable_length=variable)
   pieces = length // num_steps
+  tag = tf.constant(source, tf.int32)
+
+  def item(sample):
+    """`(data, info, mask, source)` of one sampled item."""
+    if variable:
+      return (*items_lib.pad(sample, length), tag)
+    return sample.data, sample.info, tf.ones([num_steps], tf.bool), tag
 
   def stream(_):
-    items = reverb.TrajectoryDataset(
+    sampled = reverb.TrajectoryDataset(
         side.client.server_address, side.config.name, dtypes, shapes,
         max_in_flight_samples_per_worker=2 * batch_size,
         num_workers_per_iterator=2,
         rate_limiter_timeout_ms=int(timeout_s * 1000))
-    if variable:
-      items = items.map(lambda s: dataset_lib.pad_item(s, length))
-    else:
-      if pieces > 1:
-        items = items.map(lambda s: dataset_lib.split_item(s, pieces,
-                                                           num_steps)).unbatch()
-      items = items.map(lambda s: (s.data, s.info,
-                                   tf.ones([num_steps], tf.bool)))
-    items = items.map(lambda data, info, mask: (data, info, mask,
-                                                tf.constant(source, tf.int32)))
-    return items.concatenate(dataset_lib.timeout_tail(
-        items.element_spec, side.client, side.config.name, timeout_s))
+    if pieces > 1:
+      sampled = sampled.map(
+          lambda s: items_lib.split(s, pieces, num_steps)).unbatch()
+    sampled = sampled.map(item)  # One map per item: this is the hot path.
+    return sampled.concatenate(dataset_lib.timeout_tail(
+        sampled.element_spec, side.client, side.config.name, timeout_s))
 
   # After a timeout error the next element starts a fresh stream.
   return tf.data.Dataset.range(2**62).flat_map(stream)

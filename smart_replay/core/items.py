@@ -1,0 +1,73 @@
+"""What one sampled Reverb item becomes before it joins a batch.
+
+The pieces `dataset.make_dataset` and `mixing.dataset` share: the dtypes and
+shapes `reverb.TrajectoryDataset` is asked for, the padding (with a mask) of
+variable-length episode items, and the splitting of an item into several
+samples of `num_steps` steps.
+"""
+
+from typing import Any, Optional, Tuple
+
+import reverb
+import tensorflow as tf
+
+
+def signature(data_spec: Any, sequence_length: int, *,
+                   variable_length: bool = False,
+                   blocks: Optional[Tuple[int, int]] = None):
+  """`(dtypes, shapes)` of a table's items, for `reverb.TrajectoryDataset`.
+
+  Args:
+    data_spec: the spec of one stored step.
+    sequence_length: steps per item (the longest, for episode items).
+    variable_length: items of up to `sequence_length` steps.
+    blocks: `(block_length, windows_per_item)` of packed items, or None.
+
+  Returns:
+    Nests of dtypes and `TensorShape`s with the time dimension first.
+  """
+  stored_length = None if variable_length else sequence_length
+  shapes = tf.nest.map_structure(
+      lambda s: tf.TensorShape([stored_length] + s.shape.as_list()), data_spec)
+  if blocks is not None:  # One step per item: a block of packed steps.
+    shapes = tf.TensorShape([1, blocks[0]] + data_spec.shape.as_list())
+  return tf.nest.map_structure(lambda s: s.dtype, data_spec), shapes
+
+
+def pad(sample: reverb.ReplaySample, sequence_length: int):
+  """Pads a variable-length item to `sequence_length` steps, with a mask.
+
+  Args:
+    sample: one sampled item.
+    sequence_length: the length to pad to.
+
+  Returns:
+    `(data, info, mask)` with `mask` False on the padding steps.
+  """
+  length = tf.shape(tf.nest.flatten(sample.data)[0])[0]
+  def pad_leaf(t):
+    padding = [[0, sequence_length - length]] + [[0, 0]] * (t.shape.rank - 1)
+    return tf.ensure_shape(tf.pad(t, padding),
+                           [sequence_length] + t.shape[1:].as_list())
+  mask = tf.sequence_mask(length, sequence_length)
+  return tf.nest.map_structure(pad_leaf, sample.data), sample.info, mask
+
+
+def split(sample: reverb.ReplaySample, pieces: int, num_steps: int
+               ) -> reverb.ReplaySample:
+  """Splits an item into `pieces` samples of `num_steps` steps.
+
+  Args:
+    sample: one sampled item of `pieces * num_steps` steps.
+    pieces: samples to cut it into.
+    num_steps: steps per sample.
+
+  Returns:
+    A `ReplaySample` with a leading dimension of `pieces` (its info
+    repeated).
+  """
+  data = tf.nest.map_structure(
+      lambda t: tf.reshape(t, [pieces, num_steps] + t.shape[1:].as_list()),
+      sample.data)
+  info = tf.nest.map_structure(lambda t: tf.fill([pieces], t), sample.info)
+  return reverb.ReplaySample(info=info, data=data)
