@@ -122,10 +122,14 @@ def test_priority_updates_skip_starter_elements(make_manager, tmp_path):
   experience = next(iter(manager.get_dataset(batch_size=BATCH,
                                              starter_fraction=0.5)))
   update = manager.priority_update_fn(priorities_fn=lambda loss: loss)
-  update(experience, tf.fill([BATCH], 5.0))  # Starter keys are left out.
-  online = experience[1].source[:, 0].numpy() == dataset_lib.ONLINE
+  source = experience[1].source[:, 0]
+  online = source.numpy() == dataset_lib.ONLINE
   assert 0 < online.sum() < BATCH
-  assert manager.stats()['tables']['experience']['max_priority'] >= 5.0
+  # Starter elements get a far larger "TD error": left out, it must not
+  # become the online table's max priority (the priority of new items).
+  update(experience, tf.where(source == dataset_lib.STARTER, 50.0, 5.0))
+  max_priority = manager.stats()['tables']['experience']['max_priority']
+  assert max_priority == pytest.approx(5.0, abs=1e-3)
 
 
 def test_the_starter_table_is_unchanged_by_training_and_a_restore(
