@@ -14,7 +14,7 @@ $(STAMP): setup.py constraints.txt
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 9) <= v <= (3, 11) else "smart_replay needs CPython 3.9-3.11 (Reverb 0.14 has no wheels past 3.11); found %d.%d at $(PYTHON). Set PYTHON=/path/to/python3.11." % v)'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip wheel setuptools
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plots,rlds]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plots,rlds,atari]'
 	touch $(STAMP)
 
 # Every test: through Bazel when it is on PATH (each test file a py_test,

@@ -47,6 +47,7 @@ setuptools.setup(
         # tf-agents imports gym 0.23 (suite_gym) on every run; these notices
         # leave out the "Gym has been unmaintained" banner it would print.
         'gym-notices==0.0.8',
+        'zstandard==0.25.0',  # zstd codec for stacked pixel frames, core/frames.py
     ],
     extras_require={
         'plots': ['matplotlib'],  # smart-replay-inspect --plot
@@ -54,6 +55,9 @@ setuptools.setup(
         # newer ones need protobuf 5, which TF 2.15 does not take.
         'rlds': ['rlds==0.1.8', 'tensorflow-datasets==4.9.4',
                  'tensorflow-metadata==1.16.1'],
+        # 'atari:<Game>' environments (apps/envs/atari_env.py): ale-py's wheels
+        # ship the ROMs; Gymnasium's AtariPreprocessing needs cv2.
+        'atari': ['ale-py==0.12.1', 'opencv-python-headless==4.10.0.84'],
         'bench': ['matplotlib', 'psutil'],  # benchmarks/: charts, server memory
         'test': ['pytest>=7', 'matplotlib', 'psutil'],
     },
