@@ -6,6 +6,7 @@ Examples:
       --steps_per_run=500 --num_runs=4
   smart-replay-populate --buffer_name=trained --env=gymnasium:CartPole-v1 \
       --policy=saved:/path/to/policy_saver_dir
+  smart-replay-populate --buffer_name=pong --env=atari:Pong --policy=random
   smart-replay-populate --buffer_name=office --gin_file=populate_thermal.gin
 
 Also runnable as `python -m smart_replay_scripts.populate_starter_buffer` once
@@ -43,7 +44,8 @@ flags.DEFINE_integer('steps_per_run', 288, 'Policy steps per run.',
                      lower_bound=1)
 flags.DEFINE_integer('num_runs', 10, 'Number of runs.', lower_bound=1)
 flags.DEFINE_integer('sequence_length', 2, 'Steps per item.', lower_bound=1)
-flags.DEFINE_string('env', 'thermal', "'thermal', 'gymnasium:<id>' or "
+flags.DEFINE_string('env', 'thermal', "'thermal', 'gymnasium:<id>', "
+                    "'atari:<Game>' (e.g. atari:Pong; the atari extra) or "
                     "'gym:<id>' (gym 0.23).")
 flags.DEFINE_string('policy', 'baseline',
                     "'baseline', 'schedule', 'scripted', 'random' or "

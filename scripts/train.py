@@ -46,7 +46,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('starter_dir', None, 'Starter buffer directory.')
 flags.DEFINE_string('run_dir', None, 'This run\'s directory.')
 flags.DEFINE_string('agent', 'auto', "'auto', 'dqn' or 'sac'.")
-flags.DEFINE_string('env', None, 'Environment; default: the starter\'s.')
+flags.DEFINE_string('env', None, "Environment: 'thermal', "
+                    "'gymnasium:<id>', 'atari:<Game>' or 'gym:<id>'; "
+                    "default: the starter's.")
 flags.DEFINE_integer('num_train_steps', 2000, 'Train step to reach.',
                      lower_bound=1)
 flags.DEFINE_integer('collect_steps_per_iteration', 100,

@@ -132,7 +132,8 @@ def populate_starter_buffer(
     steps_per_run: policy steps per Actor run (boundary steps not counted).
     num_runs: runs; the total is `steps_per_run * num_runs` steps.
     sequence_length: steps per item.
-    env: 'thermal' or 'gym:<id>' (see `envs.factory.make_environment`).
+    env: 'thermal', 'gymnasium:<id>', 'atari:<Game>' or 'gym:<id>' (see
+      `envs.factory.make_environment`).
     policy: 'baseline', 'schedule', 'scripted', 'random' or 'saved:<dir>'
       (see `policies.factory.make_policy`).
     seed: seed of the environment and of random policies.
