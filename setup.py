@@ -47,7 +47,6 @@ setuptools.setup(
         # tf-agents imports gym 0.23 (suite_gym) on every run; these notices
         # leave out the "Gym has been unmaintained" banner it would print.
         'gym-notices==0.0.8',
-        'zstandard==0.25.0',  # zstd codec for stacked pixel frames, core/frames.py
     ],
     extras_require={
         'plots': ['matplotlib'],  # smart-replay-inspect --plot

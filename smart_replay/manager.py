@@ -74,6 +74,11 @@ class ReplayBufferManager:
       column: fastest, least memory) or 'columns' (one column per field).
       None: a loaded checkpoint's (or the server's) layout, and for a new
       buffer 'packed' if every field is numeric or boolean of known shape.
+    frame_stack: `smart_replay.FrameStack(field, axis)` for a stacked pixel
+      observation (e.g. Atari's 4 frames of 84x84): each frame is stored
+      once, compressed, and stacks are rebuilt bit-exactly when sampled
+      (see README, "Pixel observations"). Needs the packed layout. None: a
+      loaded checkpoint's (or the server's), none for a new buffer.
     keep_checkpoints: complete checkpoints to keep on disk, >= 1.
     sample_timeout_s: how long sampling waits for data before raising.
     write_timeout_s: how long observer flushes and episode ends wait.
@@ -109,6 +114,7 @@ class ReplayBufferManager:
                stride_length: Optional[int] = None,
                table_configs: Optional[Sequence[tables_lib.TableConfig]] = None,
                layout: Optional[str] = None,
+               frame_stack: Optional[Any] = None,
                keep_checkpoints: int = 2, sample_timeout_s: float = 60.0,
                write_timeout_s: float = 60.0, connect_timeout_s: float = 10.0,
                checkpoint_timeout_s: float = 600.0, port: Optional[int] = None,
@@ -136,7 +142,7 @@ class ReplayBufferManager:
                   'connect_timeout_s': connect_timeout_s,
                   'checkpoint_timeout_s': checkpoint_timeout_s,
                   'reconnect_timeout_s': reconnect_timeout_s},
-        table_configs=table_configs, layout=layout,
+        table_configs=table_configs, layout=layout, frame_stack=frame_stack,
         counts={'num_envs': num_envs, 'chunk_length': chunk_length},
         policies={'non_finite': non_finite, 'float_bounds': float_bounds})
     self._session = session = session_lib.Session(
@@ -152,7 +158,8 @@ class ReplayBufferManager:
         data_spec, hooks=session.hooks(), server_address=server_address,
         capacity=capacity, sequence_length=sequence_length,
         stride_length=stride_length, table_configs=table_configs,
-        configs=configs, layout=layout, checkpoint_dir=checkpoint_dir,
+        configs=configs, layout=layout, frame_stack=frame_stack,
+        checkpoint_dir=checkpoint_dir,
         keep_checkpoints=keep_checkpoints, port=port,
         control_address=control_address, connect_timeout_s=float(
             connect_timeout_s), checkpoint_timeout_s=float(

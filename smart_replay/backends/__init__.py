@@ -23,7 +23,8 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
                  keep_checkpoints: int, port: Optional[int],
                  control_address: Optional[str], connect_timeout_s: float,
                  checkpoint_timeout_s: float,
-                 allow_version_mismatch: bool) -> base.Backend:
+                 allow_version_mismatch: bool,
+                 frame_stack: Optional[Any] = None) -> base.Backend:
   """The backend of a manager's (checked) arguments.
 
   Args:
@@ -44,6 +45,8 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
     connect_timeout_s: how long the server may take to answer.
     checkpoint_timeout_s: how long a save may take.
     allow_version_mismatch: load checkpoints of other package versions.
+    frame_stack: the stacked pixel field (`frames.FrameStack`), or None:
+      a loaded checkpoint's (or the server's), none for a new buffer.
 
   Returns:
     A `RemoteBackend` if `server_address` is set, else a `LocalBackend`.
@@ -58,16 +61,16 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
             'capacity': capacity, 'sequence_length': sequence_length,
             'stride_length': stride_length,
             'table_configs': list(table_configs) if table_configs else None,
-            'layout': layout},
+            'layout': layout, 'frame_stack': frame_stack},
         server_address=server_address, control_address=control_address,
         connect_timeout_s=connect_timeout_s,
         checkpoint_timeout_s=checkpoint_timeout_s, hooks=hooks)
   config = config_lib.BufferConfig.resolve(
       data_spec=data_spec, capacity=capacity,
       sequence_length=sequence_length or 2, stride_length=stride_length or 1,
-      table_configs=configs, layout=layout)
+      table_configs=configs, layout=layout, frame_stack=frame_stack)
   return local.LocalBackend(
-      config, layout_given=layout is not None, checkpoint_dir=checkpoint_dir,
+      config, layout_given=layout is not None or frame_stack is not None, checkpoint_dir=checkpoint_dir,
       keep_checkpoints=keep_checkpoints,
       port=port, connect_timeout_s=connect_timeout_s,
       checkpoint_timeout_s=checkpoint_timeout_s,

@@ -25,6 +25,7 @@ from smart_replay.checkpointing import reader as checkpoint_reader
 from smart_replay.checkpointing import store as checkpoint_store
 from smart_replay.core import config as config_lib
 from smart_replay.core import local_server as server_lib
+from smart_replay.core import layouts
 from smart_replay.core import packing
 from smart_replay.core import reverb_tables
 
@@ -182,7 +183,8 @@ class LocalBackend(base.Backend):
     self.config = self._asked
     if not self._layout_given:  # Continue in the layout it was written in.
       self.config = dataclasses.replace(
-          self._asked, layout=packing.stored_name(manifest))
+          self._asked, layout=packing.stored_name(manifest),
+          frame_stack=layouts.stored_frame_stack(manifest))
       self.config.step_layout  # Raises on a layout this version lacks.
     diffs = self.config.diff(manifest)
     version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
@@ -253,7 +255,8 @@ class LocalBackend(base.Backend):
     """Starts a server on the empty Reverb root, restoring `fallback`."""
     config = self.config
     def make_tables():
-      return [reverb_tables.make_table(c, config.step_layout.step_spec)
+      return [reverb_tables.make_table(
+          c, config.step_layout.step_spec, config.step_layout.lookback)
               for c in config.tables]
     root = self._store.prepare_reverb_root()
     self._server, self._client = server_lib.start_local_server(
@@ -262,7 +265,8 @@ class LocalBackend(base.Backend):
     try:
       info = server_lib.server_info(self._client, self._connect_timeout_s)
       diffs = reverb_tables.server_differences(
-          config.tables, config.step_layout.step_spec, info)
+          config.tables, config.step_layout.step_spec, info,
+          config.step_layout.lookback)
       if diffs:
         raise errors.ManifestMismatchError(
             'the Reverb server does not serve the requested tables (a restored '

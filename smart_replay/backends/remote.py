@@ -96,7 +96,8 @@ class RemoteBackend(base.Backend):
       served = control.call('info', timeout_s=self._connect_timeout_s)
       self.config = self._adopt(served['config'])
       diffs = reverb_tables.server_differences(
-          self.config.tables, self.config.step_layout.step_spec, info)
+          self.config.tables, self.config.step_layout.step_spec, info,
+          self.config.step_layout.lookback)
       if diffs:
         raise errors.ManifestMismatchError(
             f'the Reverb tables at {self._address} differ from the '

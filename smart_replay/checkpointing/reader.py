@@ -30,6 +30,7 @@ from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.checkpointing import files as checkpoint_files
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay import errors
+from smart_replay.core import layouts
 from smart_replay.core import packing
 from smart_replay.core import progress_log
 
@@ -76,12 +77,36 @@ class Piece(NamedTuple):
     return len(self.columns[0])
 
 
+def _string_tensor(content: bytes, shape: List[int]) -> np.ndarray:
+  """A string tensor's `tensor_content` (TensorFlow's `EncodeStringList`:
+  every length as a varint, then the bytes) as an object array."""
+  count = int(np.prod(shape, dtype=np.int64))
+  lengths, position = [], 0
+  for _ in range(count):
+    value = shift = 0
+    while True:
+      byte = content[position]
+      position += 1
+      value |= (byte & 0x7f) << shift
+      shift += 7
+      if byte < 0x80:
+        break
+    lengths.append(value)
+  strings = np.empty(count, object)
+  for index, length in enumerate(lengths):
+    strings[index] = content[position:position + length]
+    position += length
+  if position != len(content):
+    raise ValueError(f'a string tensor of shape {shape} holds '
+                     f'{len(content)} bytes, its strings {position}.')
+  return strings.reshape(shape)
+
+
 def _decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
   dtype = tf.as_dtype(proto.dtype).as_numpy_dtype
   shape = [d.size for d in proto.tensor_shape.dim]
-  if dtype == np.object_:
-    raise ValueError('string fields are not supported by the checkpoint '
-                     'reader.')
+  if proto.dtype == tf.string.as_datatype_enum:  # Stored as is: no snappy.
+    return _string_tensor(proto.tensor_content, shape)
   raw = bytes(cramjam.snappy.decompress_raw(proto.tensor_content))
   array = np.frombuffer(raw, dtype).reshape(shape)
   # Reverb delta-encodes only integer tensors of rank >= 2 (steps x ...):
@@ -110,12 +135,14 @@ class CheckpointReader:
     manifest_path = os.path.join(path, manifest_lib.MANIFEST_NAME)
     if layout is None and os.path.exists(manifest_path):
       try:
-        layout = packing.layout_from_manifest(manifest_lib.read(manifest_path))
+        layout = layouts.layout_from_manifest(manifest_lib.read(manifest_path))
       except (OSError, KeyError, ValueError) as e:
         raise errors.CheckpointCorruptError(
             f'cannot read the layout of {path} from its manifest: {e}') from e
     self._unpack = (None if layout is None or layout.name == 'columns' else
                     layout.unpack)
+    # Cells a frame-stacked layout's items hold before their first step.
+    self._lookback = 0 if layout is None else layout.lookback
     missing = checkpoint_files.missing_files(path)
     if missing:
       raise errors.CheckpointCorruptError(
@@ -221,6 +248,8 @@ class CheckpointReader:
         columns.append(data[0] if column.squeeze else data)
       if self._unpack is not None:  # One packed column: back to the fields.
         columns = tree.flatten(self._unpack(columns[0]))
+        if self._lookback and len(steps) > 1:  # Not a block: its steps.
+          steps = steps[self._lookback:]
       yield StoredItem(item.table, item.key, item.priority,
                        item.times_sampled,
                        item.inserted_at.seconds * 10**9 + item.inserted_at.nanos,

@@ -12,6 +12,13 @@ the table samples blocks in proportion to it (prioritized, exponent 1): the
 sampled window, cut uniformly from its block, is uniform over all stored
 windows (`cut_windows`).
 
+With a frame-stacked layout (`layouts.FrameStackedLayout`) a block is ONE
+blob of its cells instead (`frames.encode_block`: its first cell a whole
+stack, then each step's new frames), compressed together, so zlib sees
+across the block's frames; `cut_blob_windows` rebuilds the sampled windows.
+The builders then hold rows of the packed row followed by the stack's
+frames.
+
 A block is written once it is full, at the end of an episode (unless the
 table crosses episodes) and on `flush()` (so a checkpoint holds every window
 written; the next block then repeats the last L - 1 rows).
@@ -24,6 +31,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from smart_replay.core import frames as frames_lib
 from smart_replay.core import planner as planner_lib
 from smart_replay.core import specs
 from smart_replay.core import reverb_tables
@@ -110,30 +118,41 @@ class BlockWriter:
     tables: the resolved configs of the tables of packed items.
     settings: the observer's `WriterSettings` (client, timeouts, counters);
       its chunking and signatures are replaced by the blocks' own.
-    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`).
+    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`,
+      or a `tf.string` blob of a frame-stacked layout).
     num_streams: environments per observer call (1 when unbatched).
+    stacked_field: a frame-stacked layout's `frames.StackedField` (each
+      block is then one blob of its cells), or None.
+    row_bytes: with a `stacked_field`, the bytes of a packed row.
   """
 
   def __init__(self, tables: Sequence[Any], *,
                settings: writer_lib.WriterSettings, step_spec: Any,
-               num_streams: int):
+               num_streams: int, stacked_field: Any = None,
+               row_bytes: int = 0):
     self._counters = settings.counters
     self._out = writer_lib.StreamWriter(dataclasses.replace(
         settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
-        num_columns=1, signatures={t.name: specs.describe_signature(
+        num_columns=1, frames=None, signatures={t.name: specs.describe_signature(
             reverb_tables.signature(t, step_spec)) for t in tables}))
-    bytes_per_step = step_spec.shape[0]
+    self._field, self._row_bytes = stacked_field, row_bytes
+    bytes_per_step = (step_spec.shape[0] if stacked_field is None else
+                      row_bytes + stacked_field.depth *
+                      stacked_field.frame_bytes)
     self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
                      for _ in range(num_streams)]
     self._out.on_restart = self.reset
     self._tables = [t.name for t in tables]  # The order of each stream's.
+    self._lengths = {t.name: t.sequence_length for t in tables}
 
-  def add(self, rows: np.ndarray, step_types: Any, *,
+  def add(self, parts: Sequence[np.ndarray], step_types: Any, *,
           batched: bool) -> None:
     """Adds one step of every stream; writes the blocks it completes.
 
     Args:
-      rows: packed rows, `[bytes]` or `[num_streams, bytes]`.
+      parts: the layout's columns of the step: packed rows, `[bytes]` or
+        `[num_streams, bytes]` (and the stacks' frames, `[(num_streams,)
+        depth, *frame]`, with a frame stack).
       step_types: the step type(s), a scalar or `[num_streams]`.
       batched: whether `rows` has the streams' dimension.
 
@@ -141,6 +160,11 @@ class BlockWriter:
       WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
         `writer.StreamWriter`.
     """
+    rows = parts[0]
+    if self._field is not None:  # Each row: the packed row, then frames.
+      lead = rows.shape[:-1]
+      rows = np.concatenate([rows, parts[1].reshape(lead + (-1,)).view(
+          np.uint8)], axis=-1)
     if not batched:
       self._write(b.add(rows, int(step_types)) for b in self._streams[0])
       return
@@ -177,7 +201,15 @@ class BlockWriter:
   def _write(self, per_table: Any) -> None:
     for table, blocks in zip(self._tables, per_table):
       for rows, windows in blocks:
-        self._out.append([rows])
+        if self._field is None:
+          self._out.append([rows])
+        else:  # One blob: the rows and the frames new in each step.
+          field = self._field
+          self._out.append([np.array(frames_lib.encode_block(
+              rows[:, :self._row_bytes],
+              rows[:, self._row_bytes:].reshape(
+                  (len(rows), field.depth, field.frame_bytes)),
+              windows + self._lengths[table] - 1), object)])
         self._out.defer(table, float(windows), 1)
         self._out.end_chunk()
         self._counters.items[table] += 1
@@ -222,6 +254,39 @@ def cut_windows(length: int, windows_per_item: int, batch_size: int
         info=tf.nest.map_structure(
             lambda t: tf.repeat(t, windows_per_item)[:batch_size], info),
         data=data)
+  return cut
+
+
+def cut_blob_windows(length: int, windows_per_item: int, block_length: int,
+                     cut_block: Callable[..., Any]
+                     ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
+  """A `tf.data` map from one sampled block blob to its windows.
+
+  For blocks of a frame-stacked layout (one blob each): the windows are
+  uniform among the block's, as in `cut_windows`; map before batching, then
+  `unbatch()`.
+
+  Args:
+    length: steps per window.
+    windows_per_item: windows cut from each block.
+    block_length: cells per block.
+    cut_block: the layout's `cut_block(blob, block_length, starts, length)`.
+
+  Returns:
+    `fn(sample) -> sample`: data `[1]` (a blob) to `(rows, stacks)` of
+    `[windows_per_item, length, ...]`, info to `[windows_per_item]`.
+  """
+  def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
+    count = tf.cast(sample.info.priority, tf.int64)  # Windows in the block.
+    bits = tf.random.uniform([windows_per_item], maxval=2**62,
+                             dtype=tf.int64)
+    starts = tf.cast(bits % count, tf.int32)
+    data = cut_block(sample.data[0], block_length, starts, length)
+    info = sample.info._replace(probability=sample.info.probability /
+                                tf.cast(sample.info.priority, tf.float64))
+    return reverb.ReplaySample(
+        info=tf.nest.map_structure(
+            lambda t: tf.fill([windows_per_item], t), info), data=data)
   return cut
 
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from smart_replay.checkpointing import layout
 from smart_replay.checkpointing import manifest as manifest_lib
 from smart_replay.core import checks
+from smart_replay.core import frames as frames_lib
+from smart_replay.core import layouts
 from smart_replay.core import packing
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
@@ -38,6 +40,8 @@ class BufferConfig:
     tables: the resolved `TableConfig`s; the first is the default table.
     layout: how steps are stored: 'packed' (one byte column per step) or
       'columns' (one Reverb column per field); see `packing.Layout`.
+    frame_stack: the stacked pixel field stored once per frame (packed
+      layout only; see `frames`), or None.
   """
   data_spec: Any
   capacity: int
@@ -45,12 +49,15 @@ class BufferConfig:
   stride_length: int
   tables: Tuple[tables_lib.TableConfig, ...]
   layout: str = 'columns'
+  frame_stack: Optional[frames_lib.FrameStack] = None
 
   @classmethod
   def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
               stride_length: int,
               table_configs: Sequence[tables_lib.TableConfig],
-              layout: Optional[str] = None) -> 'BufferConfig':
+              layout: Optional[str] = None,
+              frame_stack: Optional[frames_lib.FrameStack] = None
+              ) -> 'BufferConfig':
     """Fills every table config's open fields with the buffer's values.
 
     Args:
@@ -59,7 +66,9 @@ class BufferConfig:
       sequence_length: the default steps per item.
       stride_length: the default stride.
       table_configs: the tables, as the user wrote them.
-      layout: 'packed' or 'columns'; None for `packing.default_layout`.
+      layout: 'packed' or 'columns'; None for `packing.default_layout`
+        ('packed' with a `frame_stack`).
+      frame_stack: a stacked pixel field to store once per frame, or None.
 
     Returns:
       A `BufferConfig` with resolved tables.
@@ -75,7 +84,9 @@ class BufferConfig:
                                         sequence_length=sequence_length,
                                         stride_length=stride_length)
                               for c in table_configs),
-                 layout=layout or packing.default_layout(data_spec))
+                 layout=layout or ('packed' if frame_stack is not None else
+                                   packing.default_layout(data_spec)),
+                 frame_stack=frame_stack)
     config.step_layout  # Checks the layout now, before anything starts.
     for table in config.tables:
       if table.block_length is not None and config.layout != 'packed':
@@ -89,7 +100,7 @@ class BufferConfig:
   def step_layout(self) -> packing.Layout:
     """The `packing.Layout` of `layout`: what Reverb stores per step, and
     how samples and checkpoint items decode."""
-    return packing.Layout(self.layout, self.data_spec)
+    return layouts.make_layout(self.layout, self.data_spec, self.frame_stack)
 
   @classmethod
   def from_manifest(cls, stored: Mapping[str, Any], *,
@@ -113,18 +124,20 @@ class BufferConfig:
         sequence_length=stored['sequence_length'],
         stride_length=stored['stride_length'],
         table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
-        layout=packing.stored_name(stored))
+        layout=packing.stored_name(stored),
+        frame_stack=layouts.stored_frame_stack(stored))
 
   def constructor_kwargs(self) -> Dict[str, Any]:
     """The `ReplayBufferManager` arguments this config decides.
 
     Returns:
       `{'capacity', 'sequence_length', 'stride_length', 'table_configs',
-      'layout'}`.
+      'layout', 'frame_stack'}`.
     """
     return {'capacity': self.capacity, 'sequence_length': self.sequence_length,
             'stride_length': self.stride_length,
-            'table_configs': list(self.tables), 'layout': self.layout}
+            'table_configs': list(self.tables), 'layout': self.layout,
+            'frame_stack': self.frame_stack}
 
   @functools.cached_property
   def _manifest(self) -> Dict[str, Any]:
@@ -256,7 +269,8 @@ def check_manager_arguments(
     lengths: Mapping[str, Optional[int]], timeouts: Mapping[str, float],
     table_configs: Optional[Sequence[tables_lib.TableConfig]],
     layout: Optional[str], counts: Mapping[str, Optional[int]],
-    policies: Mapping[str, str]
+    policies: Mapping[str, str],
+    frame_stack: Optional[frames_lib.FrameStack] = None
 ) -> List[tables_lib.TableConfig]:
   """Checks `ReplayBufferManager`'s arguments; names the first bad one.
 
@@ -272,6 +286,7 @@ def check_manager_arguments(
     layout: 'packed', 'columns' or None (see `ReplayBufferManager`).
     counts: optional positive integers, e.g. `{'num_envs': None}`.
     policies: `{'non_finite': ..., 'float_bounds': ...}` value policies.
+    frame_stack: a `FrameStack` or None (needs the packed layout).
 
   Returns:
     The table configs to use (the default table if none were given).
@@ -312,6 +327,13 @@ def check_manager_arguments(
   if layout is not None and layout not in packing.LAYOUTS:
     raise ValueError(f'layout must be one of {packing.LAYOUTS} or None, got '
                      f'{layout!r}.')
+  if frame_stack is not None and not isinstance(frame_stack,
+                                                frames_lib.FrameStack):
+    raise ValueError(f'frame_stack must be a smart_replay.FrameStack(field, '
+                     f'axis) or None, got {frame_stack!r}.')
+  if frame_stack is not None and layout == 'columns':
+    raise ValueError(f"frame_stack={frame_stack!r} needs layout='packed' (or "
+                     f"None), got layout={layout!r}.")
   names = [c.name for c in configs]
   if len(set(names)) != len(names):
     raise ValueError(f'table_configs names must be unique, got {names}.')

@@ -160,7 +160,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                  drop_remainder: bool = True,
                  prefetch: int = 2,
                  decode: Optional[Callable[[Any], Any]] = None,
-                 blocks: Optional[Tuple[int, int]] = None
+                 blocks: Optional[Tuple[int, int]] = None,
+                 lookback: int = 0,
+                 cut_block: Optional[Callable[..., Any]] = None
                  ) -> tf.data.Dataset:
   """Builds a batched, prefetched dataset sampling `table`.
 
@@ -200,6 +202,9 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     blocks: `(block_length, windows_per_item)` of a table of packed items
       (see `blocks`): each sampled item is a block, from which that many
       windows of `sequence_length` steps are cut; None: items are windows.
+    lookback: steps each item holds before its first (a frame-stacked
+      layout's `lookback`; `decode` drops them).
+    cut_block: a frame-stacked layout's `cut_block`, for its blocks.
 
   Returns:
     A `tf.data.Dataset` of `(trajectory, ReplayInfo)` batches (or
@@ -226,14 +231,19 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
         f'num_steps={num_steps!r}: a table of packed items yields whole '
         f'windows of {sequence_length} steps; pass num_steps=None or '
         f'{sequence_length}.')
+  if lookback and num_steps != sequence_length:
+    raise ValueError(
+        f'num_steps={num_steps!r}: items of a frame-stacked layout are '
+        f'sampled whole ({sequence_length} steps); pass num_steps=None or '
+        f'{sequence_length}.')
   if timeout_s is not None:
     checks.positive('timeout_s', timeout_s)
   dtypes, shapes = items.signature(data_spec, sequence_length,
                                    variable_length=variable_length,
-                                   blocks=blocks)
+                                   blocks=blocks, lookback=lookback)
   pieces = sequence_length // num_steps
 
-  pad = lambda sample: items.pad(sample, sequence_length)
+  pad = lambda sample: items.pad(sample, sequence_length, lookback)
   split = lambda sample: items.split(sample, pieces, num_steps)
 
   def finish(*batch):
@@ -261,7 +271,12 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
                                  else int(timeout_s * 1000)))
     # Per-item work is what limits sampling speed, so fixed-length items go
     # straight into the batch; everything else happens once per batch.
-    if blocks is not None:  # Enough blocks, then every window in one op.
+    if blocks is not None and cut_block is not None:  # Blobs of frames.
+      dataset = dataset.map(blocks_lib.cut_blob_windows(
+          sequence_length, blocks[1], blocks[0], cut_block),
+                            num_parallel_calls=2).unbatch()
+      dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    elif blocks is not None:  # Enough blocks, then every window in one op.
       dataset = dataset.batch(-(-batch_size // blocks[1]),
                               drop_remainder=drop_remainder)
       dataset = dataset.map(blocks_lib.cut_windows(
@@ -272,7 +287,7 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
       dataset = dataset.map(split).unbatch()
     if blocks is None:
       dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
-    dataset = dataset.map(finish)
+    dataset = dataset.map(finish, num_parallel_calls=2 if lookback else None)
     if timeout_s is not None:
       dataset = dataset.concatenate(timeout_tail(dataset.element_spec, client,
                                                   table, timeout_s))
@@ -289,7 +304,9 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
                   beta: Optional[Callable[[], Any]] = None,
                   as_train_kwargs: bool = False, timeout_s: float = 60.0,
                   prefetch: int = 2,
-                  decode: Optional[Callable[[Any], Any]] = None
+                  decode: Optional[Callable[[Any], Any]] = None,
+                  lookback: int = 0,
+                  cut_block: Optional[Callable[..., Any]] = None
                   ) -> tf.data.Dataset:
   """`make_dataset` with the settings a table's config calls for.
 
@@ -309,6 +326,9 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
     prefetch: batches to prefetch.
     decode: turns a batch of stored steps into the Learner's nest (a packed
       layout's `Layout.decode`); None keeps them as stored.
+    lookback: steps each item holds before its first (see `make_dataset`).
+    cut_block: a frame-stacked layout's `cut_block` (see
+      `make_dataset`).
 
   Returns:
     The dataset (see `make_dataset`).
@@ -327,7 +347,8 @@ def table_dataset(client: reverb.Client, config: Any, *, data_spec: Any,
       beta=beta, as_train_kwargs=as_train_kwargs, timeout_s=timeout_s,
       max_in_flight_samples_per_worker=batch_size if consumed else None,
       num_workers_per_iterator=1 if ordered or consumed else 2,
-      drop_remainder=not consumed, prefetch=prefetch, decode=decode)
+      drop_remainder=not consumed, prefetch=prefetch, decode=decode,
+      lookback=lookback, cut_block=cut_block)
 
 
 def timeout_tail(element_spec: Any, client: reverb.Client, table: str,

@@ -105,8 +105,9 @@ class TrajectoryObserver:
     on_reconnect: called as `on_reconnect(observer)` after a write waited
       for the server and it answered again (the client-mode manager checks
       whether the server was restarted and calls `count_restart_loss`).
-    layout: how a step's fields become Reverb columns (`packing.Layout`,
-      whose `step_spec` made the tables); default one column per field.
+    layout: how a step's fields become Reverb columns (`packing.Layout` or
+      `layouts.FrameStackedLayout`, whose `step_spec` made the tables);
+      default one column per field.
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -150,9 +151,10 @@ class TrajectoryObserver:
     self._layout = layout or packing.Layout('columns', data_spec)
     self.chunk_length = chunk_length or auto_chunk_length(
         self._layout.step_spec)
+    lookback = self._layout.lookback  # Cells before an item's first step.
     keep_alive = writer_lib.keep_alive_steps(
         self.chunk_length, max((t.item_length for t in step_tables),
-                               default=1))
+                               default=1) + lookback)
     self._counters = counters_lib.Counters.for_tables(
         self.table_names, [t.name for t in self._tables if t.kind == 'episode'])
     # When items were confirmed (to count what a server restart lost).
@@ -168,12 +170,15 @@ class TrajectoryObserver:
         # What each table's items look like, to check a server that came
         # back.
         signatures={t.name: specs.describe_signature(
-            tables_lib.signature(t, self._layout.step_spec))
+            tables_lib.signature(t, self._layout.step_spec, lookback))
                     for t in step_tables},
         counters=self._counters, confirmations=self.confirmations,
         on_reconnect=(None if on_reconnect is None else
                       lambda: on_reconnect(self)),
-        num_columns=self._layout.num_columns)
+        num_columns=self._layout.num_columns,
+        frames=self._layout.stacked_field,
+        frames_row_bytes=(self._layout.row_bytes if self._layout.stacked_field
+                          else 0))
     # One (plan, writer) per environment.
     self._streams = []
     for _ in range(num_envs or 1):
@@ -184,7 +189,8 @@ class TrajectoryObserver:
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and blocks_lib.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
-        num_streams=num_envs or 1)
+        num_streams=num_envs or 1, stacked_field=self._layout.stacked_field,
+        row_bytes=self._layout.row_bytes if self._layout.stacked_field else 0)
     self._closed = False
 
   table_names = property(lambda self: [t.name for t in self._tables],
@@ -260,7 +266,7 @@ class TrajectoryObserver:
               later.gap = True  # Their step of this call was never written.
             raise
       if self._blocks:
-        self._blocks.add(columns[0], step_types,
+        self._blocks.add(columns, step_types,
                          batched=self._num_envs is not None)
 
   def _write(self, plan: planner_lib.StreamPlan,

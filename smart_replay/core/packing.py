@@ -211,6 +211,9 @@ class Layout:
     step_spec: what Reverb stores per step: `data_spec` itself, or one
       `uint8[bytes_per_step]` tensor.
     num_columns: Reverb columns per step.
+    lookback: cells an item references before its first step (0 here; see
+      `layouts.FrameStackedLayout`).
+    stacked_field: None here (a frame-stacked layout's stacked field).
   """
 
   def __init__(self, name: str, data_spec: Any):
@@ -226,6 +229,8 @@ class Layout:
       self.step_spec = tf.TensorSpec([self._codec.bytes_per_step], tf.uint8,
                                      name='packed')
       self.num_columns = 1
+    self.lookback = 0  # Cells an item references before its first step.
+    self.stacked_field = None  # No frame stack (see `layouts`).
 
   def describe(self) -> Dict[str, Any]:
     """`{'name', ...}`: the layout as a manifest records it (with the byte
@@ -318,31 +323,3 @@ def stored_name(stored: Mapping[str, Any]) -> str:
     recorded (every field was its own column then).
   """
   return stored_layout(stored)['name']
-
-
-def layout_from_manifest(stored: Mapping[str, Any]) -> Layout:
-  """The `Layout` a manifest records, checked against this machine.
-
-  Args:
-    stored: a manifest or `manifest.build_config` dict.
-
-  Returns:
-    The `Layout` that decodes its checkpoint's items.
-
-  Raises:
-    ValueError: if the layout is unknown, or the recorded byte layout is not
-      the one this machine would use for the recorded spec (e.g. another
-      byte order); names the differing entries.
-  """
-  layout = Layout(stored_name(stored),
-                  specs.spec_from_json(stored['data_spec']))
-  recorded = stored_layout(stored)
-  if recorded != layout.describe():
-    differing = sorted(k for k in set(recorded) | set(layout.describe())
-                       if recorded.get(k) != layout.describe().get(k))
-    raise ValueError(
-        f'the manifest records a {layout.name!r} layout that differs from '
-        f'the one this machine builds for its spec in {differing} (recorded '
-        f'{ {k: recorded.get(k) for k in differing} }, here '
-        f'{ {k: layout.describe().get(k) for k in differing} }).')
-  return layout

@@ -43,34 +43,42 @@ def _rate_limiter(config: Any):
       error_buffer=config.error_buffer)
 
 
-def signature(config: Any, data_spec: Any) -> Any:
+def signature(config: Any, data_spec: Any, lookback: int = 0) -> Any:
   """The Reverb signature of `config`'s items.
 
   Args:
     config: a resolved table config.
     data_spec: the spec of one step.
+    lookback: steps an item references before its first one (a frame-stacked
+      layout's; see `layouts.FrameStackedLayout`).
 
   Returns:
     A nest of `tf.TensorSpec` with an outer time dimension: `sequence_length`
     for sequence tables, unknown (variable) for episode tables, and 1 for
     tables of packed items, whose one step is a block `[block_length,
-    bytes_per_step]` of packed steps.
+    bytes_per_step]` of packed steps (or one blob of cells, when a step is
+    a `tf.string` blob of a frame-stacked layout).
   """
+  if config.block_length is not None and data_spec.dtype == tf.string:
+    return specs.table_signature(data_spec, 1)
   if config.block_length is not None:
     return specs.table_signature(tf.TensorSpec(
         [config.block_length] + data_spec.shape.as_list(), data_spec.dtype,
         name=data_spec.name), 1)
   if config.kind == 'episode':
     return specs.table_signature(data_spec, None)
-  return specs.table_signature(data_spec, config.sequence_length)
+  return specs.table_signature(data_spec, config.sequence_length + lookback)
 
 
-def make_table(config: Any, data_spec: Any) -> reverb.Table:
+def make_table(config: Any, data_spec: Any, lookback: int = 0
+               ) -> reverb.Table:
   """Builds the `reverb.Table` described by `config`.
 
   Args:
     config: the table's configuration, resolved (see `TableConfig.resolve`).
     data_spec: the spec of one step (e.g. `agent.collect_data_spec`).
+    lookback: steps an item references before its first one (see
+      `signature`).
 
   Returns:
     A `reverb.Table` whose signature fits `config`'s items.
@@ -92,7 +100,7 @@ def make_table(config: Any, data_spec: Any) -> reverb.Table:
       max_size=blocks(config, config.max_size),
       rate_limiter=_rate_limiter(config),
       max_times_sampled=config.max_times_sampled,
-      signature=signature(config, data_spec))
+      signature=signature(config, data_spec, lookback))
 
 
 def running_table_differences(table: reverb.Table,
@@ -129,14 +137,15 @@ def running_table_differences(table: reverb.Table,
 
 
 def server_differences(configs: Sequence[Any], data_spec: Any,
-                       info: Dict[str, reverb.reverb_types.TableInfo]
-                       ) -> List[Tuple[str, Any, Any]]:
+                       info: Dict[str, reverb.reverb_types.TableInfo],
+                       lookback: int = 0) -> List[Tuple[str, Any, Any]]:
   """Compares the tables `configs` make with what a running server serves.
 
   Args:
     configs: resolved table configs.
     data_spec: the spec of one step.
     info: the server's `server_info()`.
+    lookback: steps an item references before its first one.
 
   Returns:
     `(field, running_value, requested_value)` per difference (see
@@ -148,6 +157,7 @@ def server_differences(configs: Sequence[Any], data_spec: Any,
     if config.name not in info:
       diffs.append((f'tables/{config.name}', '<missing>', 'present'))
     else:
-      diffs += running_table_differences(make_table(config, data_spec),
+      diffs += running_table_differences(make_table(config, data_spec,
+                                                    lookback),
                                          info[config.name])
   return diffs

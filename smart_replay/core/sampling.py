@@ -97,7 +97,8 @@ class Sampling:
                          prefetch=prefetch, decode=decode)
     return dataset_lib.table_dataset(
         session.client, config, data_spec=layout.step_spec, decode=decode,
-        batch_size=batch_size, num_steps=num_steps,
+        lookback=layout.lookback, cut_block=layout.stacked_field and
+        layout.cut_block, batch_size=batch_size, num_steps=num_steps,
         beta=priorities_lib.beta(config, train_step),
         as_train_kwargs=as_train_kwargs, timeout_s=timeout, prefetch=prefetch)
 

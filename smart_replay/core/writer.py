@@ -36,6 +36,7 @@ from smart_replay import _reverb_internal as reverb_internal
 from smart_replay import errors
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
+from smart_replay.core import frames as frames_lib
 from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 from smart_replay.core import waits
@@ -63,8 +64,11 @@ def auto_chunk_length(data_spec: Any) -> int:
     `MAX_AUTO_CHUNK_LENGTH` steps, fewer when the largest field is so big
     that a chunk of it would exceed `AUTO_CHUNK_BYTES` (at least 1).
   """
-  largest = max(np.dtype(leaf.dtype).itemsize * int(np.prod(
-      [d or 1 for d in leaf.shape])) for leaf in specs.flatten_spec(data_spec))
+  # A string (a frame-stacked layout's blob of a few hundred bytes) counts
+  # as a pointer.
+  largest = max((8 if leaf.dtype == 'string' else np.dtype(leaf.dtype).itemsize)
+                * int(np.prod([d or 1 for d in leaf.shape]))
+                for leaf in specs.flatten_spec(data_spec))
   return max(1, min(MAX_AUTO_CHUNK_LENGTH, AUTO_CHUNK_BYTES // max(largest, 1)))
 
 
@@ -112,6 +116,11 @@ class WriterSettings:
     on_reconnect: called with no argument after the server came back while
       a write waited, or None.
     num_columns: fields of a step.
+    frames: the stacked field of a frame-stacked layout (`frames.
+      StackedField`): each step is then `[row, frames]`, written as one cell
+      with the frames new in it, and items reference `frames.lookback`
+      cells before their first step; None for other layouts.
+    frames_row_bytes: with `frames`, the bytes of a step's packed row.
   """
   client: reverb.Client
   chunk_length: int
@@ -124,6 +133,8 @@ class WriterSettings:
   confirmations: confirmations_lib.ConfirmationLog
   on_reconnect: Optional[Callable[[], None]]
   num_columns: int
+  frames: Optional[frames_lib.StackedField] = None
+  frames_row_bytes: int = 0
 
   @property
   def table_names(self) -> List[str]:
@@ -150,6 +161,17 @@ class StreamWriter:
     self._chunk_length = settings.chunk_length
     self._squeeze = [False] * settings.num_columns
     self.history = collections.deque(maxlen=settings.keep_alive)
+    # Frame-stacked layouts: the frames each cell of `history` holds.
+    self._frames = settings.frames
+    self._encoder = settings.frames and frames_lib.StackEncoder(
+        settings.frames)
+    self.counts = collections.deque(maxlen=settings.keep_alive)
+    # Before the first cell of a stream: empty cells, so that every item
+    # references `lookback` earlier cells (Reverb reads a column's references
+    # as consecutive cells of a chunk, so none can repeat).
+    self._empty_cell = settings.frames and np.array(frames_lib.encode(
+        np.zeros([1, settings.frames_row_bytes], np.uint8),
+        [np.zeros((0,) + settings.frames.frame_shape, np.uint8)]), object)
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
@@ -177,7 +199,7 @@ class StreamWriter:
     # The C++ writer's calls, without the Python wrapper's per-step history
     # bookkeeping: `history` keeps the cell references of the last steps.
     self._append, self._create_item = reverb_internal.raw_calls(self.writer)
-    self.history.clear()
+    self._forget_cells()
     self.deferred.clear()
     self.created.clear()
     self.confirmed_steps = self.steps
@@ -201,13 +223,28 @@ class StreamWriter:
     Raises:
       WriteFailedError: if the writer failed for good.
     """
+    if self._encoder:  # One cell: the row and the frames new in this step.
+      if not self.history:  # Items reference `lookback` cells before it.
+        for _ in range(self._frames.lookback):
+          self._append_cell([self._empty_cell], 0)
+      new = self._encoder.new_frames(step[1])
+      self._append_cell([np.array(frames_lib.encode(step[0][None], [new]),
+                                  object)], len(new))
+    else:
+      self._append_cell(step, None)
+    self.steps += 1
+    return self.chunk_steps >= self._chunk_length
+
+  def _append_cell(self, columns: List[Any], count: Optional[int]) -> None:
+    """Appends one Reverb step (a cell holding `count` frames, with a frame
+    stack)."""
     try:
-      self.history.append(self._append(step))
+      self.history.append(self._append(columns))
     except RuntimeError as e:  # The writer failed for good (see waits).
       self._failed('append', e)
+    if count is not None:
+      self.counts.append(count)
     self.chunk_steps += 1
-    self.steps += 1
-    return self.chunk_steps == self._chunk_length
 
   def defer(self, table: str, priority: float, length: int) -> None:
     """Adds the item of the last `length` steps; created with its chunk.
@@ -218,9 +255,14 @@ class StreamWriter:
       length: its steps, the last ones written.
     """
     history = self.history
-    steps = [history[i] for i in range(len(history) - length, len(history))]
-    self.deferred.append((table, priority,
-                          [list(refs) for refs in zip(*steps)], self.steps))
+    first = len(history) - length
+    if self._frames:  # And the cells before it that hold its first stack.
+      columns = [[history[i][0] for i in range(first - self._frames.lookback,
+                                               len(history))]]
+    else:
+      columns = [list(refs) for refs in zip(*(history[i] for i in range(
+          first, len(history))))]
+    self.deferred.append((table, priority, columns, self.steps))
 
   def end_chunk(self) -> None:
     """Creates the items of the complete chunk (see `append`)."""
@@ -290,7 +332,7 @@ class StreamWriter:
     """
     self.send()
     if self._settings.clear_at_episode_end:
-      self.history.clear()  # The writer drops these cells' references.
+      self._forget_cells()  # The writer drops these cells' references.
     self.chunk_steps = 0  # The writer closes (or drops) its open chunk.
     # Reverb ends the writer's episode only once its flush succeeds: until
     # then the next write must end it first.
@@ -322,9 +364,16 @@ class StreamWriter:
   def close(self) -> None:
     """Closes the writer at once, dropping what it did not send."""
     self.writer.close()
-    self.history.clear()
+    self._forget_cells()
     self.deferred.clear()
     self.steps = self.chunk_steps = 0
+
+  def _forget_cells(self) -> None:
+    """Drops the cell references; the next cell holds a whole stack."""
+    self.history.clear()
+    self.counts.clear()
+    if self._encoder:
+      self._encoder.reset()
 
   def _confirmed(self) -> None:
     """Records that the server confirmed every item of the stream."""

@@ -110,7 +110,8 @@ class StarterSource:
     self.config = config
     try:
       self._server, self.client = server_lib.start_local_server(
-          lambda: [reverb_tables.make_table(c, config.step_layout.step_spec)
+          lambda: [reverb_tables.make_table(
+              c, config.step_layout.step_spec, config.step_layout.lookback)
                    for c in config.tables],
           checkpoint_root=self._root, fallback_checkpoint=path,
           connect_timeout_s=self._connect_timeout_s)

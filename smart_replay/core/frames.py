@@ -1,0 +1,352 @@
+"""Stacked pixel observations: each frame stored once, compressed with zlib.
+
+A frame-stacking wrapper repeats every frame in D consecutive observations:
+TF-Agents' `FrameStack4` / `suite_atari` stack on the last axis (`[84, 84,
+4]`), Gymnasium's `FrameStackObservation` on the first (`[4, 84, 84]`). With
+`FrameStack(field, axis)` the packed layout stores each step as one *cell*:
+the step's packed row without the stacked field, and only the frames that are
+new in it: the newest frame when its stack continues the previous step's
+(`obs_t[:-1] == obs_{t-1}[1:]` along the stack axis, compared byte for byte),
+the whole stack otherwise (an episode start, with whatever padding the
+wrapper used at the reset, or any stack that does not continue).
+
+Rebuilding is exact: the stack of a cell is the last D frames of the frames of
+the cells up to and including it. An item therefore references the D - 1
+cells before its first step too; a stream of cells starts with D - 1 empty
+cells (no frames, a zero row: Reverb reads a column's references as
+consecutive cells, so a reference cannot be repeated instead), then a whole
+stack. A block of packed items starts with a whole stack.
+
+A *blob* is the zlib-compressed bytes of n consecutive cells: `uint16 n
+(little-endian) | uint8 new_frames[n] | rows[n, row_bytes] | frames`. Per-window items store one cell
+per blob (one Reverb string per step: about 230 B for an 84x84 Pong frame);
+a block of packed items stores all its cells in one blob, so zlib sees across
+its frames (about 105 B a frame over a block of 32). zlib because TensorFlow
+decodes it inside the graph (`tf.io.decode_compressed`): zstd compresses
+Pong frames better (170 B alone, 45 B over 32) but needs Python in the
+sampling pipeline, and a `tf.numpy_function` in a live `tf.data` iterator
+hung the interpreter at exit (measured, see README).
+"""
+
+import dataclasses
+from typing import Any, Sequence, Tuple
+import zlib
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from smart_replay.core import specs
+
+# zlib level 1: 230 B per Pong frame alone, 105 B over a block of 32 (level
+# 6: 170 B and 56 B, but inflating is 2-3x slower, and sampling decodes).
+ZLIB_LEVEL = 1
+_HEADER = 2  # Bytes of a blob's cell count.
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class FrameStack:
+  """Which field of a step is a stack of frames, and along which axis.
+
+  Attributes:
+    field: the field's path in the data spec, e.g. 'observation' or
+      'observation/pixels'.
+    axis: the stack axis: -1 (or rank - 1) for `[84, 84, 4]` (TF-Agents'
+      `FrameStack4`), 0 for `[4, 84, 84]` (Gymnasium's
+      `FrameStackObservation`).
+  """
+  field: str = 'observation'
+  axis: int = -1
+
+  def describe(self) -> dict:
+    """`{'field', 'axis'}`, as a manifest records it."""
+    return {'field': self.field, 'axis': self.axis}
+
+
+class StackedField:
+  """The stacked field of a spec: where it is and what one frame is.
+
+  Args:
+    frame_stack: the `FrameStack` option.
+    data_spec: the spec of one step.
+
+  Raises:
+    ValueError: if the field is not in the spec, its dtype is not numeric,
+      its shape is not fully known, the axis is not its first or last, or
+      it stacks fewer than 2 frames; the message names the value.
+  """
+
+  def __init__(self, frame_stack: FrameStack, data_spec: Any):
+    if not isinstance(frame_stack, FrameStack):
+      raise ValueError(f'frame_stack must be a smart_replay.FrameStack or '
+                       f'None, got {frame_stack!r}.')
+    leaves = specs.flatten_spec(data_spec)
+    paths = [leaf.path for leaf in leaves]
+    if frame_stack.field not in paths:
+      raise ValueError(
+          f'FrameStack.field={frame_stack.field!r} is not a field of the '
+          f'data spec; its fields are {paths}.')
+    self.index = paths.index(frame_stack.field)
+    leaf = leaves[self.index]
+    shape = list(leaf.shape)
+    dtype = np.dtype(tf.as_dtype(leaf.dtype).as_numpy_dtype)
+    if dtype != np.uint8 or any(d is None for d in shape):
+      raise ValueError(
+          f'FrameStack.field={frame_stack.field!r} is {leaf.dtype}{shape}; '
+          'a frame stack needs a uint8 field (pixels) of fully known shape.')
+    rank = len(shape)
+    if rank < 2 or frame_stack.axis not in (0, -1, rank - 1):
+      raise ValueError(
+          f'FrameStack.axis={frame_stack.axis!r} for field '
+          f'{frame_stack.field!r} of shape {shape}: the stack axis must be '
+          f'the first (0) or the last (-1) of a field of rank >= 2.')
+    self.last_axis = frame_stack.axis != 0
+    self.depth = shape[-1] if self.last_axis else shape[0]
+    if self.depth < 2:
+      raise ValueError(
+          f'FrameStack: field {frame_stack.field!r} of shape {shape} stacks '
+          f'{self.depth} frame(s) on axis {frame_stack.axis}; a stack holds '
+          'at least 2.')
+    self.shape = tuple(shape)
+    self.dtype = dtype
+    self.frame_shape = tuple(shape[:-1] if self.last_axis else shape[1:])
+    self.frame_bytes = int(np.prod(self.frame_shape)) * dtype.itemsize
+    self.option = frame_stack
+
+  @property
+  def lookback(self) -> int:
+    """Cells an item references before its first step: depth - 1."""
+    return self.depth - 1
+
+  def frames(self, stack: np.ndarray) -> np.ndarray:
+    """The frames of stacks, oldest first: `[..., depth, *frame_shape]`."""
+    return np.moveaxis(stack, -1, -1 - len(self.frame_shape)) if (
+        self.last_axis) else stack
+
+  def stacks(self, frames: np.ndarray) -> np.ndarray:
+    """Inverse of `frames`: `[..., depth, *frame_shape]` to the field's
+    shape."""
+    return np.moveaxis(frames, -1 - len(self.frame_shape), -1) if (
+        self.last_axis) else frames
+
+
+class StackEncoder:
+  """One stream's cells: what is new in each step's stack.
+
+  Args:
+    field: the spec's `StackedField`.
+  """
+
+  def __init__(self, field: StackedField):
+    self._field = field
+    self._previous = None  # The previous step's frames.
+
+  def new_frames(self, frames: np.ndarray) -> np.ndarray:
+    """The frames of this step a cell must hold (the stream's next step).
+
+    Args:
+      frames: the step's stack as `StackedField.frames` gives it.
+
+    Returns:
+      The newest frame `[1, *frame]` if the stack continues the previous
+      step's, else the whole stack.
+    """
+    previous, self._previous = self._previous, frames
+    if previous is not None and np.array_equal(frames[:-1], previous[1:]):
+      return frames[-1:]
+    return frames
+
+  def reset(self) -> None:
+    """The next step starts with a whole stack (e.g. the cells before it are
+    forgotten)."""
+    self._previous = None
+
+
+def encode(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
+  """One blob of consecutive cells.
+
+  Args:
+    rows: `uint8[n, row_bytes]`, the cells' packed rows.
+    frames: per cell, its new frames `[k, *frame]` (k = 1 or the depth).
+
+  Returns:
+    The zlib-compressed blob.
+  """
+  counts = len(frames).to_bytes(_HEADER, 'little') + bytes(
+      len(f) for f in frames)
+  parts = [counts, np.ascontiguousarray(rows).tobytes()]
+  parts += [np.ascontiguousarray(f).tobytes() for f in frames]
+  return zlib.compress(b''.join(parts), ZLIB_LEVEL)
+
+
+def decode(blob: bytes, row_bytes: int, frame_bytes: int
+           ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A blob's cells, with numpy (readers; the dataset decodes in-graph).
+
+  Args:
+    blob: what `encode` made.
+    row_bytes: bytes of a packed row.
+    frame_bytes: bytes of one frame.
+
+  Returns:
+    `(counts uint8[n], rows uint8[n, row_bytes], frames uint8[total,
+    frame_bytes])`; a block's unused cells count 0 frames.
+
+  Raises:
+    ValueError: if the blob is not such a blob (names the sizes).
+  """
+  try:
+    raw = zlib.decompress(blob)
+  except zlib.error as e:
+    raise ValueError(f'a frame blob of {len(blob)} bytes does not inflate: '
+                     f'{e}') from e
+  cells = int.from_bytes(raw[:_HEADER], 'little')
+  counts = np.frombuffer(raw, np.uint8, cells, _HEADER)
+  start = _HEADER + cells * (1 + row_bytes)
+  total = int(counts.sum(dtype=np.int64))
+  if len(raw) != start + total * frame_bytes:
+    raise ValueError(f'a frame blob of {len(raw)} bytes does not hold {cells} '
+                     f'cells of {row_bytes}-byte rows and {total} frames of '
+                     f'{frame_bytes} bytes.')
+  rows = np.frombuffer(raw, np.uint8, cells * row_bytes,
+                       _HEADER + cells).reshape(cells, row_bytes)
+  frames = np.frombuffer(raw, np.uint8, total * frame_bytes, start).reshape(
+      total, frame_bytes)
+  return counts, rows, frames
+
+
+def encode_block(rows: np.ndarray, frames: np.ndarray, count: int) -> bytes:
+  """One blob of a block of consecutive steps of one stream.
+
+  Args:
+    rows: `uint8[block_length, row_bytes]`, the steps' packed rows.
+    frames: `[block_length, depth, *frame]`, their stacks' frames.
+    count: the steps the block holds (the rest are unused).
+
+  Returns:
+    The blob of `block_length` cells: the first a whole stack, then each
+    step's new frames; unused cells hold none.
+  """
+  encoder = StackEncoder(None)
+  news = [encoder.new_frames(f) for f in frames[:count]]
+  return encode(rows, news + [frames[0][:0]] * (len(rows) - count))
+
+
+class Rebuilder:
+  """Cells back to packed rows and whole stacks.
+
+  `window_items` and `block_windows` run inside TensorFlow (`tf.data`);
+  `unpack_item` with numpy (checkpoint readers).
+
+  Args:
+    field: the spec's `StackedField`.
+    row_bytes: bytes of a packed row (the other fields).
+  """
+
+  def __init__(self, field: StackedField, row_bytes: int):
+    self._field = field
+    self._row_bytes = row_bytes
+
+  def _stacks(self, frames: tf.Tensor, index: tf.Tensor,
+              batch_dims: int) -> tf.Tensor:
+    """Gathers `[..., depth]` frame indices into stacks of the field's
+    shape."""
+    field = self._field
+    stacked = tf.gather(frames, index, batch_dims=batch_dims)
+    stacked = tf.reshape(stacked, tf.concat(
+        [tf.shape(index), list(field.frame_shape)], 0))
+    if field.last_axis:
+      rank = index.shape.rank
+      order = list(range(rank - 1)) + [
+          rank - 1 + 1 + i for i in range(len(field.frame_shape))] + [rank - 1]
+      stacked = tf.transpose(stacked, order)
+    return stacked
+
+  def window_items(self, blobs: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """A batch of per-window items, inside TensorFlow.
+
+    Args:
+      blobs: `string[batch, lookback + steps]`, one cell each.
+
+    Returns:
+      `(rows uint8[batch, steps, row_bytes], stacks [batch, steps, *field
+      shape])`.
+    """
+    field, row_bytes = self._field, self._row_bytes
+    lookback = field.lookback
+    cells = blobs.shape[1]
+    raw = tf.io.decode_compressed(blobs, 'ZLIB')
+    counts = tf.cast(tf.io.decode_raw(tf.strings.substr(raw, _HEADER, 1),
+                                      tf.uint8)[..., 0], tf.int32)
+    rows = tf.io.decode_raw(tf.strings.substr(raw[:, lookback:], _HEADER + 1,
+                                              row_bytes), tf.uint8)
+    head = _HEADER + 1 + row_bytes
+    lengths = tf.strings.length(raw)
+    joined = tf.strings.reduce_join(tf.strings.substr(
+        raw, tf.fill(tf.shape(lengths), head), lengths - head), axis=1)
+    frames = tf.reshape(tf.io.decode_raw(
+        joined, tf.uint8, fixed_length=cells * field.depth * field.frame_bytes),
+                        [-1, cells * field.depth, field.frame_bytes])
+    ends = tf.cumsum(counts, axis=1)[:, lookback:]
+    index = ends[..., None] - field.depth + tf.range(field.depth)
+    return tf.reshape(rows, [-1, cells - lookback, row_bytes]), self._stacks(
+        frames, index, 1)
+
+  def block_windows(self, blob: tf.Tensor, block_length: int,
+                    starts: tf.Tensor, length: int
+                    ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Windows cut from one block, inside TensorFlow.
+
+    Args:
+      blob: a block's blob (a scalar string).
+      block_length: cells per block.
+      starts: `int32[windows]`, each window's first cell.
+      length: steps per window.
+
+    Returns:
+      `(rows uint8[windows, length, row_bytes], stacks [windows, length,
+      *field shape])`.
+    """
+    field, row_bytes = self._field, self._row_bytes
+    raw = tf.io.decode_raw(tf.io.decode_compressed(blob, 'ZLIB'), tf.uint8)
+    counts = tf.cast(raw[_HEADER:_HEADER + block_length], tf.int32)
+    head = _HEADER + block_length * (1 + row_bytes)
+    rows = tf.reshape(raw[_HEADER + block_length:head],
+                      [block_length, row_bytes])
+    frames = tf.reshape(raw[head:], [-1, field.frame_bytes])
+    cells = starts[:, None] + tf.range(length)  # [windows, length]
+    ends = tf.gather(tf.cumsum(counts), cells)
+    index = ends[..., None] - field.depth + tf.range(field.depth)
+    return tf.gather(rows, cells), self._stacks(frames, index, 0)
+
+  def unpack_item(self, blobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """A stored item's cells with numpy, for readers.
+
+    Args:
+      blobs: the item's blobs: `[lookback + steps]` of one cell each (a
+        per-window or episode item), or `[1]` holding a block.
+
+    Returns:
+      `(rows [steps, row_bytes], stacks [steps, *field shape])`: every
+      cell of a block that holds frames, the steps of an item.
+
+    Raises:
+      ValueError: if a blob is damaged, or a stack lacks its earlier frames.
+    """
+    field = self._field
+    blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
+    block = len(blobs) == 1
+    parts = [decode(b, self._row_bytes, field.frame_bytes) for b in blobs]
+    counts, rows, frames = (np.concatenate(p) for p in zip(*parts))
+    ends = np.cumsum(counts, dtype=np.int64)
+    first = 0 if block else field.lookback
+    last = int(np.count_nonzero(counts)) if block else len(ends)
+    ends = ends[first:last]
+    if len(ends) and ends[0] < field.depth:
+      raise ValueError(f'a stored item\'s first stack lacks '
+                       f'{field.depth - ends[0]} earlier frame(s).')
+    index = ends[:, None] - field.depth + np.arange(field.depth)
+    stacked = frames[index].view(field.dtype).reshape(
+        (len(ends), field.depth) + field.frame_shape)
+    return rows[first:last], field.stacks(stacked)

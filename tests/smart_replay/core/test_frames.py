@@ -1,0 +1,273 @@
+"""Frame stacks stored once: every stored window is what TF-Agents stores."""
+
+import collections
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tree
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+from smart_replay import FrameStack, ReplayBufferManager, TableConfig
+from smart_replay.checkpointing import reader as reader_lib
+from smart_replay.core import frames
+from smart_replay.core import layouts
+from tests import testing
+
+
+def _spec(shape):
+  return trajectory_lib.Trajectory(
+      step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      observation=tensor_spec.BoundedTensorSpec(shape, tf.uint8, 0, 255,
+                                                'observation'),
+      action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5, 'action'),
+      policy_info=(),
+      next_step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      reward=tf.TensorSpec([], tf.float32, 'reward'),
+      discount=tensor_spec.BoundedTensorSpec([], tf.float32, 0.0, 1.0,
+                                             'discount'))
+
+
+def _step(step_type, observation, action, next_step_type, reward=0.0,
+          discount=1.0):
+  return trajectory_lib.Trajectory(
+      step_type=np.int32(step_type), observation=observation,
+      action=np.int64(action), policy_info=(),
+      next_step_type=np.int32(next_step_type), reward=np.float32(reward),
+      discount=np.float32(discount))
+
+
+def _pong(steps, *, axis, padding, episode_steps=90, seed=0):
+  """Real ALE Pong frames as a TF-Agents driver writes them: FIRST/MID
+  steps, the last transition, then the boundary step; episodes cut every
+  `episode_steps` (random policy, sticky actions)."""
+  gym.register_envs(ale_py)
+  env = gym.make('ALE/Pong-v5', frameskip=1, repeat_action_probability=0.25)
+  env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84)
+  env = gym.wrappers.FrameStackObservation(env, 4, padding_type=padding)
+  rng = np.random.default_rng(seed)
+  shape = (lambda o: o) if axis == 0 else (lambda o: np.moveaxis(o, 0, -1))
+  observation, _ = env.reset(seed=seed)
+  current, count, made = 0, 0, []
+  while len(made) < steps:
+    action = int(rng.integers(6))
+    if current == 2:  # The boundary step, then a new episode.
+      made.append(_step(2, shape(np.asarray(observation)), action, 0))
+      observation, _ = env.reset()
+      current, count = 0, 0
+      continue
+    following, reward, terminated, truncated, _ = env.step(action)
+    count += 1
+    last = terminated or truncated or count == episode_steps
+    made.append(_step(current, shape(np.asarray(observation)), action,
+                      2 if last else 1, reward, 0.0 if terminated else 1.0))
+    observation, current = following, 2 if last else 1
+  env.close()
+  return made
+
+
+def _stock_windows(spec, stream, length):
+  """Every window TF-Agents' ReverbAddTrajectoryObserver stores."""
+  table = reverb.Table('stock', max_size=10**6,
+                       sampler=reverb.selectors.Fifo(),
+                       remover=reverb.selectors.Fifo(), max_times_sampled=1,
+                       rate_limiter=reverb.rate_limiters.MinSize(1))
+  server = reverb.Server([table])
+  client = reverb.Client(f'localhost:{server.port}')
+  try:
+    observer = reverb_utils.ReverbAddTrajectoryObserver(
+        client, 'stock', sequence_length=length, stride_length=1)
+    for step in stream:
+      observer(step)
+    observer.close()
+    dataset = reverb.TrajectoryDataset(
+        client.server_address, 'stock',
+        tf.nest.map_structure(lambda s: s.dtype, spec),
+        tf.nest.map_structure(lambda s: tf.TensorShape([length] + s.shape),
+                              spec),
+        max_in_flight_samples_per_worker=8, num_workers_per_iterator=1,
+        rate_limiter_timeout_ms=1000)
+    return collections.Counter(testing.item_fingerprint(
+        tree.map_structure(lambda t: t.numpy(), sample.data))
+                               for sample in dataset)
+  finally:
+    server.stop()
+
+
+def _our_windows(manager, table):
+  items, _ = testing.read_all_items(manager, table, timeout_s=1.0)
+  return collections.Counter(items)
+
+
+@pytest.mark.parametrize('axis, padding', [(0, 'reset'), (-1, 'zero')])
+def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding):
+  stream = _pong(400, axis=axis, padding=padding)
+  spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
+  expected = _stock_windows(spec, stream, 2)
+  assert sum(expected.values()) > 380
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=2, frame_stack=FrameStack('observation', axis),
+      table_configs=[TableConfig(sampler='fifo', max_times_sampled=1)])
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    assert _our_windows(manager, 'experience') == expected
+  finally:
+    manager.close()
+
+
+def _synthetic(steps, *, depth=3, seed=0):
+  """Stacked 6x5 frames on the first axis, episodes of 2-14 steps; a few
+  stacks that do not continue the previous one (stored whole)."""
+  rng = np.random.default_rng(seed)
+  made, current, stack = [], 0, None
+  while len(made) < steps:
+    if current == 0 or rng.random() < 0.05:  # A reset, or a jump.
+      stack = rng.integers(0, 255, (depth, 6, 5), np.uint8)
+    else:
+      stack = np.concatenate([stack[1:], rng.integers(0, 255, (1, 6, 5),
+                                                      np.uint8)])
+    following = 2 if current and rng.random() < 0.15 else 1
+    if current == 2:
+      following = 0
+    made.append(_step(current, stack.copy(), rng.integers(6), following))
+    current = following
+  return made
+
+
+_TABLES = [
+    TableConfig(name='windows', sampler='fifo', max_times_sampled=1),
+    TableConfig(name='strided', stride_length=2, sampler='fifo',
+                max_times_sampled=1),
+    TableConfig(name='episodes', kind='episode', episode_length=16,
+                sampler='fifo', max_times_sampled=1),
+    TableConfig(name='crossing', cross_episodes=True, sampler='fifo',
+                max_times_sampled=1),
+    TableConfig(name='prioritized', sampler='prioritized',
+                max_times_sampled=1),
+]
+
+
+def _windows(tmp_path, name, stream, frame_stack, num_envs=None):
+  manager = ReplayBufferManager(
+      _spec([3, 6, 5]), capacity=10_000,
+      checkpoint_dir=str(tmp_path / name), sequence_length=3,
+      frame_stack=frame_stack, table_configs=_TABLES, num_envs=num_envs)
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    return {t.name: _our_windows(manager, t.name) for t in _TABLES}
+  finally:
+    manager.close()
+
+
+@pytest.mark.parametrize('num_envs', [None, 2])
+def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
+                                                             num_envs):
+  stream = _synthetic(300)
+  if num_envs:  # Two environments: the stream and a shifted copy of it.
+    other = _synthetic(300, seed=1)
+    stream = [tree.map_structure(lambda *x: np.stack(x), a, b)
+              for a, b in zip(stream, other)]
+  plain = _windows(tmp_path, 'plain', stream, None, num_envs)
+  stacked = _windows(tmp_path, 'stacked', stream, FrameStack('observation', 0),
+                     num_envs)
+  for name, found in plain.items():
+    assert sum(found.values()) > 20, name
+  assert stacked == plain
+
+
+def test_blocks_sample_only_stored_windows(tmp_path):
+  stream = _synthetic(400)
+  spec = _spec([3, 6, 5])
+  valid = collections.Counter()
+  episode = []
+  for step in stream:  # Every window of 3 steps inside an episode.
+    if step.step_type == 0:
+      episode = []
+    episode.append(step)
+    if len(episode) >= 3:
+      valid[testing.item_fingerprint(tree.map_structure(
+          lambda *x: np.stack(x), *episode[-3:]))] += 1
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0),
+      table_configs=[TableConfig(block_length=8)])
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    iterator = iter(manager.get_dataset(batch_size=32))
+    seen = collections.Counter()
+    for _ in range(40):
+      trajectory, _ = next(iterator)
+      for b in range(32):
+        seen[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    assert set(seen) <= set(valid)
+    assert len(seen) > 0.8 * len(valid)  # 1,280 draws of ~330 windows.
+  finally:
+    manager.close()
+
+
+def test_checkpoint_records_the_frame_stack_and_restores(tmp_path):
+  stream = _synthetic(200)
+  spec = _spec([3, 6, 5])
+  option = FrameStack('observation', 0)
+  tables = [TableConfig(sampler='fifo', max_times_sampled=1)]
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=option, table_configs=tables)
+  _, observer = manager.create_replay_buffer()
+  for step in stream:
+    observer(step)
+  observer.flush()
+  path = manager.checkpoint()
+  manager.close()
+  stored = [item.columns for item in reader_lib.CheckpointReader(path).items()]
+  fresh = ReplayBufferManager.from_checkpoint(str(tmp_path / 'b'))
+  try:
+    fresh.load_replay_buffer()
+    assert fresh.buffer_config['layout']['frame_stack'] == option.describe()
+    found = _our_windows(fresh, 'experience')
+  finally:
+    fresh.close()
+  read = collections.Counter(testing.item_fingerprint(c) for c in stored)
+  assert sum(found.values()) > 150
+  assert found == read  # The reader rebuilds what the dataset samples.
+  # Loading it as a buffer without the frame stack is refused.
+  with pytest.raises(Exception, match='frame_stack'):
+    ReplayBufferManager(spec, capacity=10_000,
+                        checkpoint_dir=str(tmp_path / 'b'), sequence_length=3,
+                        layout='packed', table_configs=tables
+                        ).load_replay_buffer()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize('option, message', [
+    (FrameStack('pixels'), "FrameStack.field='pixels' is not a field"),
+    (FrameStack('reward'), 'needs a uint8 field'),
+    (FrameStack('observation', 1), 'must be the first'),
+])
+def test_bad_frame_stacks_are_named(option, message):
+  with pytest.raises(ValueError, match=message):
+    layouts.make_layout('packed', _spec([3, 6, 5]), option)
+
+
+@pytest.mark.unit
+def test_frame_stack_needs_the_packed_layout(tmp_path):
+  with pytest.raises(ValueError, match="needs layout='packed'"):
+    ReplayBufferManager(_spec([3, 6, 5]), capacity=10,
+                        checkpoint_dir=str(tmp_path / 'b'), layout='columns',
+                        frame_stack=FrameStack('observation', 0))
