@@ -31,7 +31,6 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from smart_replay.core import frames as frames_lib
 from smart_replay.core import planner as planner_lib
 from smart_replay.core import specs
 from smart_replay.core import reverb_tables
@@ -121,24 +120,21 @@ class BlockWriter:
     step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`,
       or a `tf.string` blob of a frame-stacked layout).
     num_streams: environments per observer call (1 when unbatched).
-    stacked_field: a frame-stacked layout's `frames.StackedField` (each
-      block is then one blob of its cells), or None.
-    row_bytes: with a `stacked_field`, the bytes of a packed row.
+    cells: a frame-stacked layout's `frames.Cells` (each block is then
+      one blob of its cells), or None.
   """
 
   def __init__(self, tables: Sequence[Any], *,
                settings: writer_lib.WriterSettings, step_spec: Any,
-               num_streams: int, stacked_field: Any = None,
-               row_bytes: int = 0):
+               num_streams: int, cells: Any = None):
     self._counters = settings.counters
     self._out = writer_lib.StreamWriter(dataclasses.replace(
         settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
-        num_columns=1, frames=None, signatures={t.name: specs.describe_signature(
+        num_columns=1, cells=None, signatures={t.name: specs.describe_signature(
             reverb_tables.signature(t, step_spec)) for t in tables}))
-    self._field, self._row_bytes = stacked_field, row_bytes
-    bytes_per_step = (step_spec.shape[0] if stacked_field is None else
-                      row_bytes + stacked_field.depth *
-                      stacked_field.frame_bytes)
+    self._cells = cells
+    bytes_per_step = (step_spec.shape[0] if cells is None else
+                      cells.row_bytes + cells.stack_bytes)
     self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
                      for _ in range(num_streams)]
     self._out.on_restart = self.reset
@@ -161,7 +157,7 @@ class BlockWriter:
         `writer.StreamWriter`.
     """
     rows = parts[0]
-    if self._field is not None:  # Each row: the packed row, then frames.
+    if self._cells is not None:  # Each row: the packed row, then frames.
       lead = rows.shape[:-1]
       rows = np.concatenate([rows, parts[1].reshape(lead + (-1,)).view(
           np.uint8)], axis=-1)
@@ -201,15 +197,11 @@ class BlockWriter:
   def _write(self, per_table: Any) -> None:
     for table, blocks in zip(self._tables, per_table):
       for rows, windows in blocks:
-        if self._field is None:
+        if self._cells is None:
           self._out.append([rows])
         else:  # One blob: the rows and the frames new in each step.
-          field = self._field
-          self._out.append([np.array(frames_lib.encode_block(
-              rows[:, :self._row_bytes],
-              rows[:, self._row_bytes:].reshape(
-                  (len(rows), field.depth, field.frame_bytes)),
-              windows + self._lengths[table] - 1), object)])
+          self._out.append([self._cells.block(
+              rows, windows + self._lengths[table] - 1)])
         self._out.defer(table, float(windows), 1)
         self._out.end_chunk()
         self._counters.items[table] += 1

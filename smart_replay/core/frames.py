@@ -18,8 +18,8 @@ consecutive cells, so a reference cannot be repeated instead), then a whole
 stack. A block of packed items starts with a whole stack.
 
 A *blob* is the zlib-compressed bytes of n consecutive cells: `uint16 n
-(little-endian) | uint8 new_frames[n] | rows[n, row_bytes] | frames`. Per-window items store one cell
-per blob (one Reverb string per step: about 230 B for an 84x84 Pong frame);
+(little-endian) | uint8 new_frames[n] | rows[n, row_bytes] | frames`.
+Per-window items store one cell per blob (one Reverb string per step: about 230 B for an 84x84 Pong frame);
 a block of packed items stores all its cells in one blob, so zlib sees across
 its frames (about 105 B a frame over a block of 32). zlib because TensorFlow
 decodes it inside the graph (`tf.io.decode_compressed`): zstd compresses
@@ -29,7 +29,7 @@ hung the interpreter at exit (measured, see README).
 """
 
 import dataclasses
-from typing import Any, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 import zlib
 
 import gin
@@ -41,7 +41,7 @@ from smart_replay.core import specs
 # zlib level 1: 230 B per Pong frame alone, 105 B over a block of 32 (level
 # 6: 170 B and 56 B, but inflating is 2-3x slower, and sampling decodes).
 ZLIB_LEVEL = 1
-_HEADER = 2  # Bytes of a blob's cell count.
+HEADER_BYTES = 2  # Bytes of a blob's cell count.
 
 
 @gin.configurable
@@ -163,6 +163,87 @@ class StackEncoder:
     self._previous = None
 
 
+class CellEncoder:
+  """What one stream's writer appends for each step: its cells.
+
+  Args:
+    field: the spec's `StackedField`.
+    row_bytes: bytes of a packed row.
+  """
+
+  def __init__(self, field: StackedField, row_bytes: int):
+    self._stacks = StackEncoder(field)
+    # Before the first cell of a stream: `lookback` empty cells (no frames,
+    # a zero row), so that every item references `lookback` earlier cells
+    # (Reverb reads a column's references as consecutive cells of a chunk,
+    # so none can be repeated instead).
+    empty = np.array(encode(np.zeros([1, row_bytes], np.uint8),
+                            [np.zeros((0,) + field.frame_shape, np.uint8)]),
+                     object)
+    self._before = [[empty]] * field.lookback
+
+  def cells(self, step: Sequence[np.ndarray], *, first: bool
+            ) -> List[List[np.ndarray]]:
+    """The Reverb steps (one blob each) to append for a step.
+
+    Args:
+      step: the layout's columns of the step: `[row, frames]`.
+      first: whether it is the first step of a stream of cells (after
+        `reset()`): the empty cells come first.
+
+    Returns:
+      `[[blob], ...]`: the empty cells if `first`, then the step's cell.
+    """
+    new = self._stacks.new_frames(step[1])
+    cell = [np.array(encode(step[0][None], [new]), object)]
+    return self._before + [cell] if first else [cell]
+
+  def reset(self) -> None:
+    """The next step starts a stream: a whole stack after empty cells."""
+    self._stacks.reset()
+
+
+class Cells:
+  """How a frame-stacked layout's writers make cells.
+
+  Attributes:
+    field: the spec's `StackedField`.
+    row_bytes: bytes of a packed row (the other fields).
+    lookback: cells an item references before its first step.
+    stack_bytes: bytes of a whole stack.
+
+  Args:
+    field: the spec's `StackedField`.
+    row_bytes: bytes of a packed row.
+  """
+
+  def __init__(self, field: StackedField, row_bytes: int):
+    self.field = field
+    self.row_bytes = row_bytes
+    self.lookback = field.lookback
+    self.stack_bytes = field.depth * field.frame_bytes
+
+  def encoder(self) -> CellEncoder:
+    """A new stream's `CellEncoder`."""
+    return CellEncoder(self.field, self.row_bytes)
+
+  def block(self, rows: np.ndarray, count: int) -> np.ndarray:
+    """One block's blob (an object scalar for Reverb).
+
+    Args:
+      rows: `uint8[block_length, row_bytes + stack_bytes]`: each step's
+        packed row, then its stack's frames.
+      count: the steps the block holds.
+
+    Returns:
+      The blob of `encode_block`.
+    """
+    frames = rows[:, self.row_bytes:].reshape(
+        (len(rows), self.field.depth, self.field.frame_bytes))
+    return np.array(encode_block(rows[:, :self.row_bytes], frames, count),
+                    object)
+
+
 def encode(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
   """One blob of consecutive cells.
 
@@ -173,7 +254,7 @@ def encode(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
   Returns:
     The zlib-compressed blob.
   """
-  counts = len(frames).to_bytes(_HEADER, 'little') + bytes(
+  counts = len(frames).to_bytes(HEADER_BYTES, 'little') + bytes(
       len(f) for f in frames)
   parts = [counts, np.ascontiguousarray(rows).tobytes()]
   parts += [np.ascontiguousarray(f).tobytes() for f in frames]
@@ -201,16 +282,16 @@ def decode(blob: bytes, row_bytes: int, frame_bytes: int
   except zlib.error as e:
     raise ValueError(f'a frame blob of {len(blob)} bytes does not inflate: '
                      f'{e}') from e
-  cells = int.from_bytes(raw[:_HEADER], 'little')
-  counts = np.frombuffer(raw, np.uint8, cells, _HEADER)
-  start = _HEADER + cells * (1 + row_bytes)
+  cells = int.from_bytes(raw[:HEADER_BYTES], 'little')
+  counts = np.frombuffer(raw, np.uint8, cells, HEADER_BYTES)
+  start = HEADER_BYTES + cells * (1 + row_bytes)
   total = int(counts.sum(dtype=np.int64))
   if len(raw) != start + total * frame_bytes:
     raise ValueError(f'a frame blob of {len(raw)} bytes does not hold {cells} '
                      f'cells of {row_bytes}-byte rows and {total} frames of '
                      f'{frame_bytes} bytes.')
   rows = np.frombuffer(raw, np.uint8, cells * row_bytes,
-                       _HEADER + cells).reshape(cells, row_bytes)
+                       HEADER_BYTES + cells).reshape(cells, row_bytes)
   frames = np.frombuffer(raw, np.uint8, total * frame_bytes, start).reshape(
       total, frame_bytes)
   return counts, rows, frames
@@ -231,122 +312,3 @@ def encode_block(rows: np.ndarray, frames: np.ndarray, count: int) -> bytes:
   encoder = StackEncoder(None)
   news = [encoder.new_frames(f) for f in frames[:count]]
   return encode(rows, news + [frames[0][:0]] * (len(rows) - count))
-
-
-class Rebuilder:
-  """Cells back to packed rows and whole stacks.
-
-  `window_items` and `block_windows` run inside TensorFlow (`tf.data`);
-  `unpack_item` with numpy (checkpoint readers).
-
-  Args:
-    field: the spec's `StackedField`.
-    row_bytes: bytes of a packed row (the other fields).
-  """
-
-  def __init__(self, field: StackedField, row_bytes: int):
-    self._field = field
-    self._row_bytes = row_bytes
-
-  def _stacks(self, frames: tf.Tensor, index: tf.Tensor,
-              batch_dims: int) -> tf.Tensor:
-    """Gathers `[..., depth]` frame indices into stacks of the field's
-    shape."""
-    field = self._field
-    stacked = tf.gather(frames, index, batch_dims=batch_dims)
-    stacked = tf.reshape(stacked, tf.concat(
-        [tf.shape(index), list(field.frame_shape)], 0))
-    if field.last_axis:
-      rank = index.shape.rank
-      order = list(range(rank - 1)) + [
-          rank - 1 + 1 + i for i in range(len(field.frame_shape))] + [rank - 1]
-      stacked = tf.transpose(stacked, order)
-    return stacked
-
-  def window_items(self, blobs: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """A batch of per-window items, inside TensorFlow.
-
-    Args:
-      blobs: `string[batch, lookback + steps]`, one cell each.
-
-    Returns:
-      `(rows uint8[batch, steps, row_bytes], stacks [batch, steps, *field
-      shape])`.
-    """
-    field, row_bytes = self._field, self._row_bytes
-    lookback = field.lookback
-    cells = blobs.shape[1]
-    raw = tf.io.decode_compressed(blobs, 'ZLIB')
-    counts = tf.cast(tf.io.decode_raw(tf.strings.substr(raw, _HEADER, 1),
-                                      tf.uint8)[..., 0], tf.int32)
-    rows = tf.io.decode_raw(tf.strings.substr(raw[:, lookback:], _HEADER + 1,
-                                              row_bytes), tf.uint8)
-    head = _HEADER + 1 + row_bytes
-    lengths = tf.strings.length(raw)
-    joined = tf.strings.reduce_join(tf.strings.substr(
-        raw, tf.fill(tf.shape(lengths), head), lengths - head), axis=1)
-    frames = tf.reshape(tf.io.decode_raw(
-        joined, tf.uint8, fixed_length=cells * field.depth * field.frame_bytes),
-                        [-1, cells * field.depth, field.frame_bytes])
-    ends = tf.cumsum(counts, axis=1)[:, lookback:]
-    index = ends[..., None] - field.depth + tf.range(field.depth)
-    return tf.reshape(rows, [-1, cells - lookback, row_bytes]), self._stacks(
-        frames, index, 1)
-
-  def block_windows(self, blob: tf.Tensor, block_length: int,
-                    starts: tf.Tensor, length: int
-                    ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Windows cut from one block, inside TensorFlow.
-
-    Args:
-      blob: a block's blob (a scalar string).
-      block_length: cells per block.
-      starts: `int32[windows]`, each window's first cell.
-      length: steps per window.
-
-    Returns:
-      `(rows uint8[windows, length, row_bytes], stacks [windows, length,
-      *field shape])`.
-    """
-    field, row_bytes = self._field, self._row_bytes
-    raw = tf.io.decode_raw(tf.io.decode_compressed(blob, 'ZLIB'), tf.uint8)
-    counts = tf.cast(raw[_HEADER:_HEADER + block_length], tf.int32)
-    head = _HEADER + block_length * (1 + row_bytes)
-    rows = tf.reshape(raw[_HEADER + block_length:head],
-                      [block_length, row_bytes])
-    frames = tf.reshape(raw[head:], [-1, field.frame_bytes])
-    cells = starts[:, None] + tf.range(length)  # [windows, length]
-    ends = tf.gather(tf.cumsum(counts), cells)
-    index = ends[..., None] - field.depth + tf.range(field.depth)
-    return tf.gather(rows, cells), self._stacks(frames, index, 0)
-
-  def unpack_item(self, blobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """A stored item's cells with numpy, for readers.
-
-    Args:
-      blobs: the item's blobs: `[lookback + steps]` of one cell each (a
-        per-window or episode item), or `[1]` holding a block.
-
-    Returns:
-      `(rows [steps, row_bytes], stacks [steps, *field shape])`: every
-      cell of a block that holds frames, the steps of an item.
-
-    Raises:
-      ValueError: if a blob is damaged, or a stack lacks its earlier frames.
-    """
-    field = self._field
-    blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
-    block = len(blobs) == 1
-    parts = [decode(b, self._row_bytes, field.frame_bytes) for b in blobs]
-    counts, rows, frames = (np.concatenate(p) for p in zip(*parts))
-    ends = np.cumsum(counts, dtype=np.int64)
-    first = 0 if block else field.lookback
-    last = int(np.count_nonzero(counts)) if block else len(ends)
-    ends = ends[first:last]
-    if len(ends) and ends[0] < field.depth:
-      raise ValueError(f'a stored item\'s first stack lacks '
-                       f'{field.depth - ends[0]} earlier frame(s).')
-    index = ends[:, None] - field.depth + np.arange(field.depth)
-    stacked = frames[index].view(field.dtype).reshape(
-        (len(ends), field.depth) + field.frame_shape)
-    return rows[first:last], field.stacks(stacked)

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from smart_replay.core import frame_stacks
 from smart_replay.core import frames as frames_lib
 from smart_replay.core import packing
 from smart_replay.core import specs
@@ -33,7 +34,8 @@ class FrameStackedLayout:
     num_columns: 1.
     lookback: cells an item references before its first step.
     stacked_field: the `frames.StackedField`.
-    rebuilder: the `frames.Rebuilder` of blobs.
+    rebuilder: the `frame_stacks.Rebuilder` of blobs.
+    cells: the `frames.Cells` the writers make.
 
   Args:
     data_spec: the spec of one step.
@@ -54,7 +56,8 @@ class FrameStackedLayout:
     self._rest = packing.StepCodec(
         [s for i, s in enumerate(leaves) if i != self.stacked_field.index])
     self.row_bytes = self._rest.bytes_per_step
-    self.rebuilder = frames_lib.Rebuilder(self.stacked_field, self.row_bytes)
+    self.rebuilder = frame_stacks.Rebuilder(self.stacked_field, self.row_bytes)
+    self.cells = frames_lib.Cells(self.stacked_field, self.row_bytes)
     self.lookback = self.stacked_field.lookback
     self.step_spec = tf.TensorSpec([], tf.string, name='frames')
 

@@ -24,6 +24,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.core import blocks as blocks_lib
+from smart_replay.core import chunking
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
 from smart_replay.core import packing
@@ -32,9 +33,8 @@ from smart_replay.core import specs
 from smart_replay.core import tables as tables_lib
 from smart_replay.core import validation as step_validation
 from smart_replay.core import writer as writer_lib
-from smart_replay.core.writer import AUTO_CHUNK_BYTES
-from smart_replay.core.writer import MAX_AUTO_CHUNK_LENGTH
-from smart_replay.core.writer import auto_chunk_length
+from smart_replay.core.chunking import (AUTO_CHUNK_BYTES,
+                                        MAX_AUTO_CHUNK_LENGTH, auto_chunk_length)
 
 # The chunking defaults stay importable from here.
 __all__ = ['AUTO_CHUNK_BYTES', 'MAX_AUTO_CHUNK_LENGTH', 'TrajectoryObserver',
@@ -105,9 +105,8 @@ class TrajectoryObserver:
     on_reconnect: called as `on_reconnect(observer)` after a write waited
       for the server and it answered again (the client-mode manager checks
       whether the server was restarted and calls `count_restart_loss`).
-    layout: how a step's fields become Reverb columns (`packing.Layout` or
-      `layouts.FrameStackedLayout`, whose `step_spec` made the tables);
-      default one column per field.
+    layout: how a step's fields become Reverb columns (`packing.Layout`, or
+      `layouts.FrameStackedLayout`, whose `step_spec` made the tables).
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -152,7 +151,7 @@ class TrajectoryObserver:
     self.chunk_length = chunk_length or auto_chunk_length(
         self._layout.step_spec)
     lookback = self._layout.lookback  # Cells before an item's first step.
-    keep_alive = writer_lib.keep_alive_steps(
+    keep_alive = chunking.keep_alive_steps(
         self.chunk_length, max((t.item_length for t in step_tables),
                                default=1) + lookback)
     self._counters = counters_lib.Counters.for_tables(
@@ -175,10 +174,7 @@ class TrajectoryObserver:
         counters=self._counters, confirmations=self.confirmations,
         on_reconnect=(None if on_reconnect is None else
                       lambda: on_reconnect(self)),
-        num_columns=self._layout.num_columns,
-        frames=self._layout.stacked_field,
-        frames_row_bytes=(self._layout.row_bytes if self._layout.stacked_field
-                          else 0))
+        num_columns=self._layout.num_columns, cells=self._layout.cells)
     # One (plan, writer) per environment.
     self._streams = []
     for _ in range(num_envs or 1):
@@ -189,8 +185,7 @@ class TrajectoryObserver:
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and blocks_lib.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
-        num_streams=num_envs or 1, stacked_field=self._layout.stacked_field,
-        row_bytes=self._layout.row_bytes if self._layout.stacked_field else 0)
+        num_streams=num_envs or 1, cells=self._layout.cells)
     self._closed = False
 
   table_names = property(lambda self: [t.name for t in self._tables],

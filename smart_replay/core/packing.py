@@ -213,7 +213,8 @@ class Layout:
     num_columns: Reverb columns per step.
     lookback: cells an item references before its first step (0 here; see
       `layouts.FrameStackedLayout`).
-    stacked_field: None here (a frame-stacked layout's stacked field).
+    stacked_field, cells: None here (a frame-stacked layout's stacked
+      field and `frames.Cells`).
   """
 
   def __init__(self, name: str, data_spec: Any):
@@ -230,7 +231,7 @@ class Layout:
                                      name='packed')
       self.num_columns = 1
     self.lookback = 0  # Cells an item references before its first step.
-    self.stacked_field = None  # No frame stack (see `layouts`).
+    self.stacked_field = self.cells = None  # No frame stack (`layouts`).
 
   def describe(self) -> Dict[str, Any]:
     """`{'name', ...}`: the layout as a manifest records it (with the byte

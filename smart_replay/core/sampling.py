@@ -106,6 +106,11 @@ class Sampling:
              train_step: Optional[tf.Variable], **kwargs) -> tf.data.Dataset:
     """`get_dataset` mixing the starter into `config`'s table."""
     session = self._session
+    if session.config.frame_stack is not None:
+      raise ValueError(
+          f'starter_fraction={schedule.describe()}: mixing a starter into a '
+          f'buffer with frame_stack={session.config.frame_stack!r} is not '
+          'supported yet; sample the buffer alone (no starter_fraction).')
     starter = session.starter
     if starter is None:
       raise errors.ManagerStateError(

@@ -37,63 +37,14 @@ from smart_replay import errors
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
 from smart_replay.core import frames as frames_lib
-from smart_replay.core import specs
-from smart_replay.core import tables as tables_lib
 from smart_replay.core import waits
 
-# Largest chunk the automatic `chunk_length` makes, in steps and in bytes of
-# one column. Longer chunks write and checkpoint faster, but every sampled item
-# ships and decompresses the whole chunks it references.
-MAX_AUTO_CHUNK_LENGTH = 32
-AUTO_CHUNK_BYTES = 32 * 1024
 # Reverb logs "the number of pending items is alarmingly high" once 50 or more
 # items of a writer are created but unconfirmed (seen at exactly 50). A stream
 # creates the items of a chunk once the chunk is complete, after waiting
 # (bounded) until at most this many would be pending: back-pressure that
 # bounds a writer running ahead of the server, and keeps the warning quiet.
 _PENDING_LIMIT = 49
-
-
-def auto_chunk_length(data_spec: Any) -> int:
-  """The default `chunk_length` for steps of `data_spec`.
-
-  Args:
-    data_spec: the spec of one step.
-
-  Returns:
-    `MAX_AUTO_CHUNK_LENGTH` steps, fewer when the largest field is so big
-    that a chunk of it would exceed `AUTO_CHUNK_BYTES` (at least 1).
-  """
-  # A string (a frame-stacked layout's blob of a few hundred bytes) counts
-  # as a pointer.
-  largest = max((8 if leaf.dtype == 'string' else np.dtype(leaf.dtype).itemsize)
-                * int(np.prod([d or 1 for d in leaf.shape]))
-                for leaf in specs.flatten_spec(data_spec))
-  return max(1, min(MAX_AUTO_CHUNK_LENGTH, AUTO_CHUNK_BYTES // max(largest, 1)))
-
-
-def keep_alive_steps(chunk_length: int, longest_item: int) -> int:
-  """The steps a writer keeps referenced: an item is created up to
-  `chunk_length - 1` steps after its last step.
-
-  Args:
-    chunk_length: steps per chunk.
-    longest_item: steps of the longest item of any table.
-
-  Returns:
-    `chunk_length + longest_item`.
-
-  Raises:
-    ValueError: if that exceeds what Reverb's writer takes.
-  """
-  keep_alive = chunk_length + longest_item
-  if keep_alive > tables_lib.REVERB_MAX_INT:
-    raise ValueError(
-        f'chunk_length ({chunk_length}) + the longest item ({longest_item} '
-        f'steps) is {keep_alive} steps for Reverb\'s writer to keep; Reverb '
-        f'0.14 takes at most {tables_lib.REVERB_MAX_INT} (2**31 - 1, a C++ '
-        'int32).')
-  return keep_alive
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -116,11 +67,10 @@ class WriterSettings:
     on_reconnect: called with no argument after the server came back while
       a write waited, or None.
     num_columns: fields of a step.
-    frames: the stacked field of a frame-stacked layout (`frames.
-      StackedField`): each step is then `[row, frames]`, written as one cell
-      with the frames new in it, and items reference `frames.lookback`
-      cells before their first step; None for other layouts.
-    frames_row_bytes: with `frames`, the bytes of a step's packed row.
+    cells: a frame-stacked layout's `frames.Cells`: each step is then
+      `[row, frames]`, written as one cell with the frames new in it, and
+      items reference `cells.lookback` cells before their first step; None
+      for other layouts.
   """
   client: reverb.Client
   chunk_length: int
@@ -133,8 +83,7 @@ class WriterSettings:
   confirmations: confirmations_lib.ConfirmationLog
   on_reconnect: Optional[Callable[[], None]]
   num_columns: int
-  frames: Optional[frames_lib.StackedField] = None
-  frames_row_bytes: int = 0
+  cells: Optional[frames_lib.Cells] = None
 
   @property
   def table_names(self) -> List[str]:
@@ -161,17 +110,10 @@ class StreamWriter:
     self._chunk_length = settings.chunk_length
     self._squeeze = [False] * settings.num_columns
     self.history = collections.deque(maxlen=settings.keep_alive)
-    # Frame-stacked layouts: the frames each cell of `history` holds.
-    self._frames = settings.frames
-    self._encoder = settings.frames and frames_lib.StackEncoder(
-        settings.frames)
-    self.counts = collections.deque(maxlen=settings.keep_alive)
-    # Before the first cell of a stream: empty cells, so that every item
-    # references `lookback` earlier cells (Reverb reads a column's references
-    # as consecutive cells of a chunk, so none can repeat).
-    self._empty_cell = settings.frames and np.array(frames_lib.encode(
-        np.zeros([1, settings.frames_row_bytes], np.uint8),
-        [np.zeros((0,) + settings.frames.frame_shape, np.uint8)]), object)
+    # Frame-stacked layouts: each step is a cell of its new frames, and
+    # items reference `lookback` cells before their first step.
+    self._cells = settings.cells and settings.cells.encoder()
+    self._lookback = settings.cells.lookback if settings.cells else 0
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
@@ -223,28 +165,15 @@ class StreamWriter:
     Raises:
       WriteFailedError: if the writer failed for good.
     """
-    if self._encoder:  # One cell: the row and the frames new in this step.
-      if not self.history:  # Items reference `lookback` cells before it.
-        for _ in range(self._frames.lookback):
-          self._append_cell([self._empty_cell], 0)
-      new = self._encoder.new_frames(step[1])
-      self._append_cell([np.array(frames_lib.encode(step[0][None], [new]),
-                                  object)], len(new))
-    else:
-      self._append_cell(step, None)
+    for columns in (self._cells.cells(step, first=not self.history)
+                    if self._cells else [step]):
+      try:
+        self.history.append(self._append(columns))
+      except RuntimeError as e:  # The writer failed for good (see waits).
+        self._failed('append', e)
+      self.chunk_steps += 1
     self.steps += 1
     return self.chunk_steps >= self._chunk_length
-
-  def _append_cell(self, columns: List[Any], count: Optional[int]) -> None:
-    """Appends one Reverb step (a cell holding `count` frames, with a frame
-    stack)."""
-    try:
-      self.history.append(self._append(columns))
-    except RuntimeError as e:  # The writer failed for good (see waits).
-      self._failed('append', e)
-    if count is not None:
-      self.counts.append(count)
-    self.chunk_steps += 1
 
   def defer(self, table: str, priority: float, length: int) -> None:
     """Adds the item of the last `length` steps; created with its chunk.
@@ -256,12 +185,9 @@ class StreamWriter:
     """
     history = self.history
     first = len(history) - length
-    if self._frames:  # And the cells before it that hold its first stack.
-      columns = [[history[i][0] for i in range(first - self._frames.lookback,
-                                               len(history))]]
-    else:
-      columns = [list(refs) for refs in zip(*(history[i] for i in range(
-          first, len(history))))]
+    # With a frame stack, also the cells before it that hold its first stack.
+    columns = [list(refs) for refs in zip(*(history[i] for i in range(
+        first - self._lookback, len(history))))]
     self.deferred.append((table, priority, columns, self.steps))
 
   def end_chunk(self) -> None:
@@ -371,9 +297,8 @@ class StreamWriter:
   def _forget_cells(self) -> None:
     """Drops the cell references; the next cell holds a whole stack."""
     self.history.clear()
-    self.counts.clear()
-    if self._encoder:
-      self._encoder.reset()
+    if self._cells:
+      self._cells.reset()
 
   def _confirmed(self) -> None:
     """Records that the server confirmed every item of the stream."""

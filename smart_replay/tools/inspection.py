@@ -162,6 +162,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
           'checkpoint': newest['path'],
           'tables': tables, 'spec': _spec(manifest['data_spec']),
           'layout': packing.stored_name(manifest),
+          'frame_stack': packing.stored_layout(manifest).get('frame_stack'),
           'sequence_length': manifest['sequence_length'],
           'stride_length': manifest['stride_length'],
           'capacity': manifest['capacity'],
@@ -237,6 +238,7 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
   return {'source': address, 'checkpoint': None, 'tables': tables,
           'spec': _spec(config['data_spec']),
           'layout': packing.stored_name(config),
+          'frame_stack': packing.stored_layout(config).get('frame_stack'),
           'sequence_length': config['sequence_length'],
           'stride_length': config['stride_length'],
           'capacity': config['capacity'], 'env_steps': None,
@@ -309,6 +311,9 @@ def format_text(description: Dict[str, Any]) -> str:
   lines.append(f"  sequence_length={d['sequence_length']} stride_length="
                f"{d['stride_length']} capacity={d['capacity']:,} layout="
                f"{d['layout']}")
+  if d.get('frame_stack'):
+    lines[-1] += (f" frame_stack=({d['frame_stack']['field']}, axis "
+                  f"{d['frame_stack']['axis']}: each frame stored once)")
   if d['env_steps'] is not None:
     first = next(iter(d['tables'].values()), None)
     lines.append('  ' + counters.format_counts(

@@ -6,7 +6,9 @@ the standard DQN preprocessing: `ALE/<Game>-v5` with sticky actions
 Gymnasium's `AtariPreprocessing` (up to 30 no-op actions after a reset, the
 max of the last two of every 4 frames, grayscale, 84x84) and
 `FrameStackObservation` of the last 4 frames, oldest first: an observation is
-`uint8[4, 84, 84]`, and mid-episode `obs[t][:3] == obs[t - 1][1:]`. Episodes
+`uint8[4, 84, 84]`, and mid-episode `obs[t][:3] == obs[t - 1][1:]`
+(`stack_axis=-1`: `uint8[84, 84, 4]`, the layout of TF-Agents' `suite_atari`
+and its DQN networks, and `obs[t][..., :3] == obs[t - 1][..., 1:]`). Episodes
 end at game over (terminated, discount 0) or at ALE's frame limit
 (truncated, discount 1), as `gymnasium_env.GymnasiumEnv` maps them.
 
@@ -15,6 +17,8 @@ Needs the `atari` extra: `pip install -e '.[atari]'` (`make install` does).
 
 import difflib
 from typing import Any, List, Optional
+
+import numpy as np
 
 from smart_replay import errors
 from smart_replay.apps.envs import gymnasium_env
@@ -82,8 +86,18 @@ def _unknown_game(game: str, games: List[str]) -> ValueError:
       f'e.g. {", ".join(_EXAMPLES)}; {len(games)} in all.')
 
 
-def make_atari_env(game: str, *, seed: Optional[int] = 0
-                   ) -> gymnasium_env.GymnasiumEnv:
+def _stack_last(env: Any, gymnasium: Any) -> Any:
+  """`env` (observations `[D, H, W]`) with observations `[H, W, D]`."""
+  space = env.observation_space
+  return gymnasium.wrappers.TransformObservation(
+      env, lambda obs: np.ascontiguousarray(np.moveaxis(obs, 0, -1)),
+      gymnasium.spaces.Box(low=np.moveaxis(space.low, 0, -1),
+                           high=np.moveaxis(space.high, 0, -1),
+                           dtype=space.dtype))
+
+
+def make_atari_env(game: str, *, seed: Optional[int] = 0,
+                   stack_axis: int = 0) -> gymnasium_env.GymnasiumEnv:
   """Makes an Atari game with DQN preprocessing as a TF-Agents environment.
 
   Args:
@@ -91,16 +105,24 @@ def make_atari_env(game: str, *, seed: Optional[int] = 0
       (case-sensitive).
     seed: seeds the first reset (ALE, sticky actions and the no-ops); None
       leaves it to Gymnasium.
+    stack_axis: where the 4 frames are stacked: 0 (Gymnasium's
+      `FrameStackObservation`, `[4, 84, 84]`) or -1 (TF-Agents'
+      `suite_atari` and its DQN networks, `[84, 84, 4]`).
 
   Returns:
     A `GymnasiumEnv` with observations `uint8[4, 84, 84]` (the last 4
-    grayscale frames, oldest first) and the game's discrete actions.
+    grayscale frames, oldest first; `uint8[84, 84, 4]` with `stack_axis=-1`)
+    and the game's discrete actions.
 
   Raises:
     MissingExtraError: if the atari extra (ale-py, opencv) is not installed.
-    ValueError: if ALE has no game `game`; the message names it, the closest
-      names and a few valid ones.
+    ValueError: if ALE has no game `game` (the message names it, the closest
+      names and a few valid ones), or `stack_axis` is neither 0 nor -1.
   """
+  if stack_axis not in (0, -1):
+    raise ValueError(f'stack_axis={stack_axis!r}: the frames are stacked on '
+                     'the first axis (0: [4, 84, 84]) or the last (-1: '
+                     '[84, 84, 4]).')
   gymnasium = _gymnasium_with_ale()
   games = game_names()
   if game not in games:
@@ -110,4 +132,6 @@ def make_atari_env(game: str, *, seed: Optional[int] = 0
   env = gymnasium.wrappers.AtariPreprocessing(
       env, frame_skip=FRAME_SKIP, screen_size=SCREEN_SIZE, grayscale_obs=True)
   env = gymnasium.wrappers.FrameStackObservation(env, FRAME_STACK)
+  if stack_axis == -1:
+    env = _stack_last(env, gymnasium)
   return gymnasium_env.GymnasiumEnv(env, seed=seed)

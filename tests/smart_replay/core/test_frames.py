@@ -1,6 +1,9 @@
 """Frame stacks stored once: every stored window is what TF-Agents stores."""
 
 import collections
+import subprocess
+import sys
+import time
 
 import ale_py
 import gymnasium as gym
@@ -17,7 +20,11 @@ from smart_replay import FrameStack, ReplayBufferManager, TableConfig
 from smart_replay.checkpointing import reader as reader_lib
 from smart_replay.core import frames
 from smart_replay.core import layouts
+from smart_replay.core import specs
+from smart_replay.tools import export
+from smart_replay.tools import inspection
 from tests import testing
+from tests.smart_replay.remote import remote_workers
 
 
 def _spec(shape):
@@ -143,6 +150,19 @@ def _synthetic(steps, *, depth=3, seed=0):
   return made
 
 
+def _expected_windows(stream, length=3):
+  """Every window of `length` steps inside one episode of `stream`."""
+  expected, episode = collections.Counter(), []
+  for step in stream:
+    if step.step_type == 0:
+      episode = []
+    episode.append(step)
+    if len(episode) >= length:
+      expected[testing.item_fingerprint(tree.map_structure(
+          lambda *x: np.stack(x), *episode[-length:]))] += 1
+  return expected
+
+
 _TABLES = [
     TableConfig(name='windows', sampler='fifo', max_times_sampled=1),
     TableConfig(name='strided', stride_length=2, sampler='fifo',
@@ -190,15 +210,7 @@ def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
 def test_blocks_sample_only_stored_windows(tmp_path):
   stream = _synthetic(400)
   spec = _spec([3, 6, 5])
-  valid = collections.Counter()
-  episode = []
-  for step in stream:  # Every window of 3 steps inside an episode.
-    if step.step_type == 0:
-      episode = []
-    episode.append(step)
-    if len(episode) >= 3:
-      valid[testing.item_fingerprint(tree.map_structure(
-          lambda *x: np.stack(x), *episode[-3:]))] += 1
+  valid = _expected_windows(stream)
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
       sequence_length=3, frame_stack=FrameStack('observation', 0),
@@ -271,3 +283,96 @@ def test_frame_stack_needs_the_packed_layout(tmp_path):
     ReplayBufferManager(_spec([3, 6, 5]), capacity=10,
                         checkpoint_dir=str(tmp_path / 'b'), layout='columns',
                         frame_stack=FrameStack('observation', 0))
+
+
+def test_epoch_export_and_inspect_read_whole_stacks(tmp_path):
+  stream = _synthetic(200)
+  spec = _spec([3, 6, 5])
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0))
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    windows = collections.Counter()
+    for trajectory, _ in manager.epoch(16, seed=0):
+      for b in range(len(trajectory.step_type)):
+        windows[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b], trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    manager.checkpoint()
+  finally:
+    manager.close()
+  expected = _expected_windows(stream)
+  assert windows == expected
+  result = export.export_npz(str(tmp_path / 'b'), str(tmp_path / 'out.npz'))
+  with np.load(str(tmp_path / 'out.npz')) as data:
+    observations = data['observation']
+    following = data['next_observation']
+  assert result.steps == len(observations) > 150
+  stored = {s.observation.tobytes() for s in stream}
+  assert all(o.tobytes() in stored for o in observations)
+  pairs = {(a.observation.tobytes(), b.observation.tobytes())
+           for a, b in zip(stream, stream[1:]) if a.step_type != 2}
+  assert all((a.tobytes(), b.tobytes()) in pairs
+             for a, b in zip(observations, following))
+  described = inspection.describe_checkpoints(str(tmp_path / 'b'))
+  assert described['frame_stack'] == {'field': 'observation', 'axis': 0}
+  assert 'frame_stack=(observation, axis 0' in inspection.format_text(
+      described)
+
+
+def test_mixing_a_starter_is_refused_with_a_frame_stack(tmp_path):
+  manager = ReplayBufferManager(
+      _spec([3, 6, 5]), capacity=100, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0))
+  try:
+    manager.create_replay_buffer()
+    with pytest.raises(Exception, match='frame_stack'):
+      manager.get_dataset(batch_size=4, starter_fraction=0.5)
+  finally:
+    manager.close()
+
+
+def test_a_standalone_server_serves_the_frame_stack(tmp_path):
+  spec = _spec([3, 6, 5])
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, spec)
+  port = remote_workers.free_port_pair()
+  log_path = tmp_path / 'serve.log'
+  with open(log_path, 'w') as log:
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'smart_replay_scripts.serve',
+         f'--spec_file={spec_file}', f'--checkpoint_dir={tmp_path / "b"}',
+         f'--port={port}', '--gin_bindings=ReplayBufferManager.capacity=10000',
+         '--gin_bindings=ReplayBufferManager.sequence_length=3',
+         '--gin_bindings=ReplayBufferManager.frame_stack=@FrameStack()',
+         '--gin_bindings=FrameStack.axis=0',
+         '--gin_bindings=ReplayBufferManager.table_configs=[@TableConfig()]',
+         "--gin_bindings=TableConfig.sampler='fifo'",
+         '--gin_bindings=TableConfig.max_times_sampled=1'],
+        stdout=log, stderr=subprocess.STDOUT, cwd=testing.ROOT)
+  try:
+    deadline = time.monotonic() + 120
+    while 'Serving ' not in log_path.read_text():
+      assert process.poll() is None, log_path.read_text()[-3000:]
+      assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+      time.sleep(0.2)
+    client = ReplayBufferManager(spec, server_address=f'localhost:{port}')
+    try:
+      _, observer = client.connect()
+      assert client.buffer_config['layout']['frame_stack'] == {
+          'field': 'observation', 'axis': 0}
+      stream = _synthetic(120)
+      for step in stream:
+        observer(step)
+      observer.flush()
+      found = _our_windows(client, 'experience')
+    finally:
+      client.close()
+  finally:
+    process.kill()
+    process.wait(60)
+  expected = _expected_windows(stream)
+  assert found == expected

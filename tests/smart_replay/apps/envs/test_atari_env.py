@@ -53,6 +53,33 @@ def test_pong_is_a_py_environment_of_stacked_uint8_frames():
   env.close()
 
 
+def test_stack_axis_minus_one_stacks_the_same_frames_last():
+  first = atari_env.make_atari_env('Pong', seed=0)
+  last = atari_env.make_atari_env('Pong', seed=0, stack_axis=-1)
+  spec = last.observation_spec()
+  assert (spec.shape, spec.dtype) == ((84, 84, 4), np.uint8)
+  assert (spec.minimum.shape, int(spec.minimum), int(spec.maximum)) == (
+      (), 0, 255)
+  a, b = first.reset(), last.reset()
+  for action in [0, 2, 3, 1, 2, 2, 3, 0, 1, 2]:
+    array_spec.check_arrays_nest(b.observation, spec)
+    assert b.observation.flags['C_CONTIGUOUS']
+    np.testing.assert_array_equal(b.observation,
+                                  np.moveaxis(a.observation, 0, -1))
+    previous = b
+    a, b = first.step(action), last.step(action)
+    np.testing.assert_array_equal(b.observation[..., :3],
+                                  previous.observation[..., 1:])
+  first.close()
+  last.close()
+
+
+@pytest.mark.parametrize('axis', [1, 2, -2, None])
+def test_other_stack_axes_are_refused(axis):
+  with pytest.raises(ValueError, match=rf'stack_axis={axis!r}: .*first axis'):
+    atari_env.make_atari_env('Pong', stack_axis=axis)
+
+
 def test_the_seed_fixes_the_first_observation():
   first = factory.make_environment('atari:Breakout', seed=3).reset()
   again = factory.make_environment('atari:Breakout', seed=3).reset()
