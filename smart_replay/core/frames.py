@@ -19,13 +19,14 @@ stack. A block of packed items starts with a whole stack.
 
 A *blob* is the zlib-compressed bytes of n consecutive cells: `uint16 n
 (little-endian) | uint8 new_frames[n] | rows[n, row_bytes] | frames`.
-Per-window items store one cell per blob (one Reverb string per step: about 230 B for an 84x84 Pong frame);
-a block of packed items stores all its cells in one blob, so zlib sees across
-its frames (about 105 B a frame over a block of 32). zlib because TensorFlow
-decodes it inside the graph (`tf.io.decode_compressed`): zstd compresses
-Pong frames better (170 B alone, 45 B over 32) but needs Python in the
-sampling pipeline, and a `tf.numpy_function` in a live `tf.data` iterator
-hung the interpreter at exit (measured, see README).
+Per-window items store one cell per blob (one Reverb string per step: about
+230 B for an 84x84 Pong frame); a block of packed items stores all its cells
+in one blob, so zlib sees across its frames (about 56 B a frame over a block
+of 32, at level 6). zlib because TensorFlow inflates it inside the graph
+(`tf.io.decode_compressed`): zstd compresses Pong frames better (170 B
+alone, 45 B over 32) but needs Python in the sampling pipeline, and a
+`tf.numpy_function` in a live `tf.data` iterator hung the interpreter at
+exit (measured, see README).
 """
 
 import dataclasses
@@ -38,9 +39,12 @@ import tensorflow as tf
 
 from smart_replay.core import specs
 
-# zlib level 1: 230 B per Pong frame alone, 105 B over a block of 32 (level
-# 6: 170 B and 56 B, but inflating is 2-3x slower, and sampling decodes).
+# zlib level 1 for a cell of one step: 230 B per Pong frame (level 6: 170 B,
+# but inflating is 2x slower, and sampling inflates every cell of a window).
+# Level 6 for a block: 56 B per frame over 32 frames (level 1: 105 B); a
+# block is there to save memory.
 ZLIB_LEVEL = 1
+BLOCK_ZLIB_LEVEL = 6
 HEADER_BYTES = 2  # Bytes of a blob's cell count.
 
 
@@ -244,12 +248,14 @@ class Cells:
                     object)
 
 
-def encode(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
+def encode(rows: np.ndarray, frames: Sequence[np.ndarray],
+           level: int = ZLIB_LEVEL) -> bytes:
   """One blob of consecutive cells.
 
   Args:
     rows: `uint8[n, row_bytes]`, the cells' packed rows.
     frames: per cell, its new frames `[k, *frame]` (k = 1 or the depth).
+    level: the zlib level.
 
   Returns:
     The zlib-compressed blob.
@@ -258,7 +264,7 @@ def encode(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
       len(f) for f in frames)
   parts = [counts, np.ascontiguousarray(rows).tobytes()]
   parts += [np.ascontiguousarray(f).tobytes() for f in frames]
-  return zlib.compress(b''.join(parts), ZLIB_LEVEL)
+  return zlib.compress(b''.join(parts), level)
 
 
 def decode(blob: bytes, row_bytes: int, frame_bytes: int
@@ -311,4 +317,5 @@ def encode_block(rows: np.ndarray, frames: np.ndarray, count: int) -> bytes:
   """
   encoder = StackEncoder(None)
   news = [encoder.new_frames(f) for f in frames[:count]]
-  return encode(rows, news + [frames[0][:0]] * (len(rows) - count))
+  return encode(rows, news + [frames[0][:0]] * (len(rows) - count),
+                BLOCK_ZLIB_LEVEL)
