@@ -70,7 +70,7 @@ def test_ratios_are_against_stock_with_each_sides_targets(tmp_path):
   assert ratios['ours_noframes']['memory']['met'] is None  # Reference.
   table = atari_report.format_table(results)
   assert '| server memory, B/step (RSS slope, 2nd half) | 6,000' in table
-  assert '0.15x (1/7), met (<= 1/6)' in table
+  assert '0.15x (1/6.7), met (<= 1/6)' in table
   assert '0.05x (1/20), NOT met (<= 1/40)' in table
   assert 'ours_blocks    50: 600, 100: 300' in table
   atari_report.plot(results, str(tmp_path / 'chart.png'))
