@@ -64,7 +64,11 @@ class FrameStack:
   axis: int = -1
 
   def describe(self) -> dict:
-    """`{'field', 'axis'}`, as a manifest records it."""
+    """The option as a manifest records it.
+
+    Returns:
+      `{'field': ..., 'axis': ...}`.
+    """
     return {'field': self.field, 'axis': self.axis}
 
 
@@ -124,26 +128,34 @@ class StackedField:
     return self.depth - 1
 
   def frames(self, stack: np.ndarray) -> np.ndarray:
-    """The frames of stacks, oldest first: `[..., depth, *frame_shape]`."""
+    """The frames of stacks, oldest first.
+
+    Args:
+      stack: `[..., *field shape]` (leading batch dimensions allowed).
+
+    Returns:
+      `[..., depth, *frame_shape]`.
+    """
     return np.moveaxis(stack, -1, -1 - len(self.frame_shape)) if (
         self.last_axis) else stack
 
   def stacks(self, frames: np.ndarray) -> np.ndarray:
-    """Inverse of `frames`: `[..., depth, *frame_shape]` to the field's
-    shape."""
+    """The inverse of `frames`.
+
+    Args:
+      frames: `[..., depth, *frame_shape]`.
+
+    Returns:
+      `[..., *field shape]`.
+    """
     return np.moveaxis(frames, -1 - len(self.frame_shape), -1) if (
         self.last_axis) else frames
 
 
 class StackEncoder:
-  """One stream's cells: what is new in each step's stack.
+  """One stream's cells: what is new in each step's stack."""
 
-  Args:
-    field: the spec's `StackedField`.
-  """
-
-  def __init__(self, field: StackedField):
-    self._field = field
+  def __init__(self):
     self._previous = None  # The previous step's frames.
 
   def new_frames(self, frames: np.ndarray) -> np.ndarray:
@@ -176,7 +188,7 @@ class CellEncoder:
   """
 
   def __init__(self, field: StackedField, row_bytes: int):
-    self._stacks = StackEncoder(field)
+    self._stacks = StackEncoder()
     # Before the first cell of a stream: `lookback` empty cells (no frames,
     # a zero row), so that every item references `lookback` earlier cells
     # (Reverb reads a column's references as consecutive cells of a chunk,
@@ -228,7 +240,11 @@ class Cells:
     self.stack_bytes = field.depth * field.frame_bytes
 
   def encoder(self) -> CellEncoder:
-    """A new stream's `CellEncoder`."""
+    """A new stream's cells.
+
+    Returns:
+      A `CellEncoder` of this field and row size.
+    """
     return CellEncoder(self.field, self.row_bytes)
 
   def block(self, rows: np.ndarray, count: int) -> np.ndarray:
@@ -315,7 +331,7 @@ def encode_block(rows: np.ndarray, frames: np.ndarray, count: int) -> bytes:
     The blob of `block_length` cells: the first a whole stack, then each
     step's new frames; unused cells hold none.
   """
-  encoder = StackEncoder(None)
+  encoder = StackEncoder()
   news = [encoder.new_frames(f) for f in frames[:count]]
   return encode(rows, news + [frames[0][:0]] * (len(rows) - count),
                 BLOCK_ZLIB_LEVEL)

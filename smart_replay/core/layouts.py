@@ -99,8 +99,17 @@ class FrameStackedLayout:
 
   def cut_block(self, blob: tf.Tensor, block_length: int, starts: tf.Tensor,
                 length: int):
-    """`(rows, stacks)` of windows of `length` steps cut from a block (see
-    `frames.Rebuilder.block_windows`)."""
+    """Windows cut from a block, inside TensorFlow.
+
+    Args:
+      blob: the block's blob (a scalar string).
+      block_length: cells per block.
+      starts: `int32[windows]`, each window's first cell.
+      length: steps per window.
+
+    Returns:
+      `(rows, stacks)`, see `frame_stacks.Rebuilder.block_windows`.
+    """
     return self.rebuilder.block_windows(blob, block_length, starts, length)
 
   def unpack(self, stored: Any) -> Any:
@@ -149,8 +158,15 @@ def make_layout(name: str, data_spec: Any,
 
 def stored_frame_stack(stored: Mapping[str, Any]
                        ) -> Optional[frames_lib.FrameStack]:
-  """The `FrameStack` a manifest (or a served config) records, or None
-  (also for manifests written before frame stacks existed)."""
+  """The frame stack a manifest (or a served config) records.
+
+  Args:
+    stored: a manifest or `manifest.build_config` dict.
+
+  Returns:
+    Its `FrameStack`, or None (also for manifests written before frame
+    stacks existed).
+  """
   option = packing.stored_layout(stored).get('frame_stack')
   return None if option is None else frames_lib.FrameStack(**option)
 
