@@ -193,7 +193,10 @@ def plot(results: Dict[str, Any], path: str) -> None:
                     colors='black', linestyles='dashed', linewidth=1.2)
       text = (f"{ratio['value']:.2f}" if ratio['value'] >= 0.5 else
               _fraction(ratio['value']) if ratio['value'] > 0 else '0')
-      axes.annotate(text, (x, ratio['value']), ha='center', va='bottom',
+      top = ratio['value']  # Above a dashed target line just over the bar.
+      if ratio['target'] is not None and top <= ratio['target'] < 1.4 * top:
+        top = ratio['target']
+      axes.annotate(text, (x, top), ha='center', va='bottom',
                     fontsize='small', textcoords='offset points',
                     xytext=(0, 2))
   axes.set_yscale('log')  # Ratios above and below 1 read alike.
