@@ -70,7 +70,8 @@ def make_backend(data_spec: Any, *, hooks: base.Hooks,
       sequence_length=sequence_length or 2, stride_length=stride_length or 1,
       table_configs=configs, layout=layout, frame_stack=frame_stack)
   return local.LocalBackend(
-      config, layout_given=layout is not None or frame_stack is not None, checkpoint_dir=checkpoint_dir,
+      config, layout_given=layout is not None or frame_stack is not None,
+      checkpoint_dir=checkpoint_dir,
       keep_checkpoints=keep_checkpoints,
       port=port, connect_timeout_s=connect_timeout_s,
       checkpoint_timeout_s=checkpoint_timeout_s,

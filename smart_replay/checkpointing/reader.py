@@ -77,36 +77,11 @@ class Piece(NamedTuple):
     return len(self.columns[0])
 
 
-def _string_tensor(content: bytes, shape: List[int]) -> np.ndarray:
-  """A string tensor's `tensor_content` (TensorFlow's `EncodeStringList`:
-  every length as a varint, then the bytes) as an object array."""
-  count = int(np.prod(shape, dtype=np.int64))
-  lengths, position = [], 0
-  for _ in range(count):
-    value = shift = 0
-    while True:
-      byte = content[position]
-      position += 1
-      value |= (byte & 0x7f) << shift
-      shift += 7
-      if byte < 0x80:
-        break
-    lengths.append(value)
-  strings = np.empty(count, object)
-  for index, length in enumerate(lengths):
-    strings[index] = content[position:position + length]
-    position += length
-  if position != len(content):
-    raise ValueError(f'a string tensor of shape {shape} holds '
-                     f'{len(content)} bytes, its strings {position}.')
-  return strings.reshape(shape)
-
-
 def _decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
   dtype = tf.as_dtype(proto.dtype).as_numpy_dtype
   shape = [d.size for d in proto.tensor_shape.dim]
   if proto.dtype == tf.string.as_datatype_enum:  # Stored as is: no snappy.
-    return _string_tensor(proto.tensor_content, shape)
+    return tf.io.parse_tensor(proto.SerializeToString(), tf.string).numpy()
   raw = bytes(cramjam.snappy.decompress_raw(proto.tensor_content))
   array = np.frombuffer(raw, dtype).reshape(shape)
   # Reverb delta-encodes only integer tensors of rank >= 2 (steps x ...):

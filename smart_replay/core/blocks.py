@@ -130,8 +130,9 @@ class BlockWriter:
     self._counters = settings.counters
     self._out = writer_lib.StreamWriter(dataclasses.replace(
         settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
-        num_columns=1, cells=None, signatures={t.name: specs.describe_signature(
-            reverb_tables.signature(t, step_spec)) for t in tables}))
+        num_columns=1, cells=None, signatures={
+            t.name: specs.describe_signature(reverb_tables.signature(
+                t, step_spec)) for t in tables}))
     self._cells = cells
     bytes_per_step = (step_spec.shape[0] if cells is None else
                       cells.row_bytes + cells.stack_bytes)
@@ -207,6 +208,29 @@ class BlockWriter:
         self._counters.items[table] += 1
 
 
+def _starts(count: tf.Tensor, windows_per_item: int) -> tf.Tensor:
+  """`windows_per_item` window starts uniform in `[0, count)` per block.
+
+  Args:
+    count: int64 windows of each block, any shape (its priority).
+    windows_per_item: starts per block.
+
+  Returns:
+    int32 `[*count.shape, windows_per_item]`: 62 random bits modulo count
+    (bias < 2**-56).
+  """
+  bits = tf.random.uniform(tf.concat([tf.shape(count), [windows_per_item]], 0),
+                           maxval=2**62, dtype=tf.int64)
+  return tf.cast(bits % count[..., None], tf.int32)
+
+
+def _window_info(info: Any) -> Any:
+  """A block's sample info as its windows': the probability of one window
+  (the block's over the windows it holds, its priority)."""
+  return info._replace(probability=info.probability /
+                       tf.cast(info.priority, tf.float64))
+
+
 def cut_windows(length: int, windows_per_item: int, batch_size: int
                 ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
   """A `tf.data` map from a batch of sampled blocks to a batch of windows.
@@ -230,18 +254,13 @@ def cut_windows(length: int, windows_per_item: int, batch_size: int
   """
   def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
     blocks = sample.data[:, 0]  # [blocks, block_length, bytes]
-    count = tf.cast(sample.info.priority, tf.int64)  # Windows per block.
-    # Uniform in [0, count): 62 random bits modulo count (bias < 2**-56).
-    bits = tf.random.uniform([tf.shape(count)[0], windows_per_item],
-                             maxval=2**62, dtype=tf.int64)
-    starts = tf.cast(bits % count[:, None], tf.int32)
+    starts = _starts(tf.cast(sample.info.priority, tf.int64), windows_per_item)
     steps = starts[..., None] + tf.range(length)  # [blocks, windows, length]
     windows = tf.gather(blocks, steps, batch_dims=1)
     rows = -1 if blocks.shape[0] is None else blocks.shape[0] * (
         windows_per_item)  # Static when whole batches of blocks are taken.
     data = tf.reshape(windows, [rows, length, blocks.shape[-1]])[:batch_size]
-    info = sample.info._replace(probability=sample.info.probability /
-                                tf.cast(sample.info.priority, tf.float64))
+    info = _window_info(sample.info)
     return reverb.ReplaySample(
         info=tf.nest.map_structure(
             lambda t: tf.repeat(t, windows_per_item)[:batch_size], info),
@@ -269,16 +288,12 @@ def cut_blob_windows(length: int, windows_per_item: int, block_length: int,
     `[windows_per_item, length, ...]`, info to `[windows_per_item]`.
   """
   def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
-    count = tf.cast(sample.info.priority, tf.int64)  # Windows in the block.
-    bits = tf.random.uniform([windows_per_item], maxval=2**62,
-                             dtype=tf.int64)
-    starts = tf.cast(bits % count, tf.int32)
+    starts = _starts(tf.cast(sample.info.priority, tf.int64),
+                     windows_per_item)
     data = cut_block(sample.data[0], block_length, starts, length)
-    info = sample.info._replace(probability=sample.info.probability /
-                                tf.cast(sample.info.priority, tf.float64))
     return reverb.ReplaySample(
-        info=tf.nest.map_structure(
-            lambda t: tf.fill([windows_per_item], t), info), data=data)
+        info=tf.nest.map_structure(lambda t: tf.fill([windows_per_item], t),
+                                   _window_info(sample.info)), data=data)
   return cut
 
 

@@ -42,8 +42,8 @@ class Rebuilder:
         [tf.shape(index), list(field.frame_shape)], 0))
     if field.last_axis:
       rank = index.shape.rank
-      order = list(range(rank - 1)) + [
-          rank - 1 + 1 + i for i in range(len(field.frame_shape))] + [rank - 1]
+      order = (list(range(rank - 1)) +  # Batch dims, frame dims, depth.
+               list(range(rank, rank + len(field.frame_shape))) + [rank - 1])
       stacked = tf.transpose(stacked, order)
     return stacked
 

@@ -5,7 +5,7 @@
 `layout_from_manifest` rebuilds the one a manifest records and checks it
 against what this machine would build.
 
-`FrameStackedLayout` stores each step as one Reverb string (a zstd blob of
+`FrameStackedLayout` stores each step as one Reverb string (a zlib blob of
 one cell, see `frames`): the packed row of every other field and the step's
 new frames. Items reference `lookback` cells before their first step; the
 dataset rebuilds the stacks once per batch (`decode`), readers per item
@@ -70,7 +70,7 @@ class FrameStackedLayout:
   def columns(self, flat_step: Sequence[np.ndarray]) -> List[np.ndarray]:
     """`[rows, frames]` of a step (or a batch of steps): the packed row of
     the other fields and the stack's frames, oldest first; the writer turns
-    them into a cell (`frames.StackEncoder`)."""
+    them into a cell (`frames.CellEncoder`)."""
     index = self.stacked_field.index
     rows = self._rest.pack(flat_step[:index] + flat_step[index + 1:])
     return [rows, self.stacked_field.frames(flat_step[index])]

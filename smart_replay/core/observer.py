@@ -24,7 +24,6 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.core import blocks as blocks_lib
-from smart_replay.core import chunking
 from smart_replay.core import confirmations as confirmations_lib
 from smart_replay.core import counters as counters_lib
 from smart_replay.core import packing
@@ -34,7 +33,8 @@ from smart_replay.core import tables as tables_lib
 from smart_replay.core import validation as step_validation
 from smart_replay.core import writer as writer_lib
 from smart_replay.core.chunking import (AUTO_CHUNK_BYTES,
-                                        MAX_AUTO_CHUNK_LENGTH, auto_chunk_length)
+                                        MAX_AUTO_CHUNK_LENGTH,
+                                        auto_chunk_length, keep_alive_steps)
 
 # The chunking defaults stay importable from here.
 __all__ = ['AUTO_CHUNK_BYTES', 'MAX_AUTO_CHUNK_LENGTH', 'TrajectoryObserver',
@@ -151,7 +151,7 @@ class TrajectoryObserver:
     self.chunk_length = chunk_length or auto_chunk_length(
         self._layout.step_spec)
     lookback = self._layout.lookback  # Cells before an item's first step.
-    keep_alive = chunking.keep_alive_steps(
+    keep_alive = keep_alive_steps(
         self.chunk_length, max((t.item_length for t in step_tables),
                                default=1) + lookback)
     self._counters = counters_lib.Counters.for_tables(
