@@ -1,9 +1,11 @@
 """Frame stacks stored once: every stored window is what TF-Agents stores."""
 
 import collections
+import os
 import subprocess
 import sys
 import time
+import types
 
 import ale_py
 import gymnasium as gym
@@ -376,3 +378,20 @@ def test_a_standalone_server_serves_the_frame_stack(tmp_path):
     process.wait(60)
   expected = _expected_windows(stream)
   assert found == expected
+
+
+def test_the_readme_snippet_runs(tmp_path, monkeypatch):
+  with open(os.path.join(testing.ROOT, 'README.md')) as f:
+    section = f.read().split('## Pixel observations', 1)[1]
+  snippet = section.split('```python\n', 1)[1].split('```', 1)[0]
+  monkeypatch.chdir(tmp_path)
+  agent = types.SimpleNamespace(collect_data_spec=_spec([84, 84, 4]))
+  namespace = {'agent': agent}
+  exec(snippet, namespace)  # pylint: disable=exec-used
+  manager = namespace['manager']
+  try:
+    assert manager.buffer_config['layout']['frame_stack'] == {
+        'field': 'observation', 'axis': -1}
+    assert namespace['observer'] is not None
+  finally:
+    manager.close()
