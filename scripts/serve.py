@@ -2,13 +2,16 @@ r"""Serves a replay buffer to actors and learners in other processes or machines
 
 Examples:
   smart-replay-serve --spec_file=buffer/spec.pbtxt --checkpoint_dir=buffer \
-      --port=8000 --gin_file=serve.gin --metrics_port=9090
+      --port=8000 --capacity=1000000 --sequence_length=2 --metrics_port=9090
   smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
 
 The spec file is the agent's `collect_data_spec`, saved with
-`smart_replay.core.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's capacity
-and tables, and the checkpoint schedule, come from gin (`ReplayBufferManager`
-and `ReplayServer` bindings; see configs/serve.gin). An existing buffer in
+`smart_replay.spec.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's
+shape comes from --capacity, --sequence_length and --stride_length when
+given, else from gin; its tables and the checkpoint schedule come from gin
+(`ReplayBufferManager` and `ReplayServer` bindings). Without --gin_file the
+shipped configs/serve.gin is used (1,000,000 items of 2 steps, one uniform
+FIFO table, a checkpoint every 10 minutes). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
 
 Reverb and the control service (port + 1) listen on all interfaces with no
@@ -35,7 +38,7 @@ from smart_replay.remote import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
-                    'collect_data_spec saved with smart_replay.core.specs.save_spec.')
+                    'collect_data_spec saved with smart_replay.spec.specs.save_spec.')
 flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
@@ -46,10 +49,24 @@ flags.DEFINE_integer('metrics_port', None, 'Serve Prometheus metrics at '
 flags.DEFINE_string('metrics_host', '127.0.0.1', 'Address of the metrics '
                     "endpoint ('0.0.0.0' for a Prometheus on another "
                     'machine).')
+flags.DEFINE_integer('capacity', None, 'Buffer capacity in items (default: '
+                     "the gin config's, 1,000,000 in serve.gin).",
+                     lower_bound=1)
+flags.DEFINE_integer('sequence_length', None, 'Steps per item (default: the '
+                     "gin config's, 2 in serve.gin).", lower_bound=1)
+flags.DEFINE_integer('stride_length', None, 'Steps between item starts '
+                     "(default: the gin config's, 1 in serve.gin).",
+                     lower_bound=1)
 flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
-                          'of a shipped config (repeatable).')
+                          'of a shipped config (repeatable; default '
+                          'serve.gin).')
 flags.DEFINE_multi_string('gin_bindings', [], 'Gin binding (repeatable).')
 flags.mark_flags_as_required(['spec_file', 'checkpoint_dir'])
+
+# Passed to serve() only when given on the command line, so that gin files
+# can set them too.
+_OPTIONAL = ('capacity', 'sequence_length', 'stride_length')
+DEFAULT_GIN = 'serve.gin'
 
 
 def main(argv):
@@ -66,14 +83,15 @@ def main(argv):
   """
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
+  binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)
+  given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, metrics_port=FLAGS.metrics_port,
           metrics_host=FLAGS.metrics_host, stop_requested=stop,
-          ready=lambda line: print(line, flush=True)),
-      verbose=FLAGS.verbose,
+          ready=lambda line: print(line, flush=True), **given),
+      verbose=FLAGS.verbose, flag_names=_OPTIONAL,
       quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint is resumed on the next start.')
   if exit_code is not None:

@@ -9,23 +9,26 @@ from typing import Callable, Optional
 
 import gin
 
-from smart_replay import manager as manager_lib
-from smart_replay.core import specs
+from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
+from smart_replay.spec import specs
 
 
 @gin.configurable(denylist=['stop_requested', 'ready'])
 def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
           metrics_port: Optional[int] = None,
           metrics_host: str = '127.0.0.1',
+          capacity: Optional[int] = None,
+          sequence_length: Optional[int] = None,
+          stride_length: Optional[int] = None,
           stop_requested: Callable[[], bool],
           ready: Callable[[str], None] = print) -> Optional[str]:
   """Loads a spec file and serves its buffer until asked to stop.
 
-  The buffer's capacity, lengths and tables come from gin bindings of
-  `ReplayBufferManager` (e.g. configs/serve.gin), the schedule from those of
-  `ReplayServer`.
+  The buffer's capacity and lengths come from the arguments when given, else
+  (and its tables always) from gin bindings of `ReplayBufferManager` (e.g.
+  configs/serve.gin); the schedule from those of `ReplayServer`.
 
   Args:
     spec_file: the `collect_data_spec`, saved with `specs.save_spec`.
@@ -36,6 +39,9 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
       `http://<metrics_host>:<metrics_port>/metrics` (see `metrics`); 0
       picks a free port; None: no metrics endpoint.
     metrics_host: the address the metrics endpoint binds.
+    capacity: the buffer's capacity in items; None: gin's.
+    sequence_length: steps per item; None: gin's.
+    stride_length: steps between item starts; None: gin's.
     stop_requested: polled; once true, a final checkpoint is written.
     ready: called with one line giving the addresses once serving.
 
@@ -47,8 +53,11 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
     SmartReplayError: if the buffer cannot be created or resumed.
   """
   data_spec = specs.load_spec(spec_file)
+  shape = {name: value for name, value in (
+      ('capacity', capacity), ('sequence_length', sequence_length),
+      ('stride_length', stride_length)) if value is not None}
   manager = manager_lib.ReplayBufferManager(
-      data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port)
+      data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port, **shape)
   server = replay_server.ReplayServer(manager)
   server.start()
   endpoint = None

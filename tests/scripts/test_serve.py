@@ -4,12 +4,13 @@ Serving real actors, SIGTERM and kill -9 are in
 tests/smart_replay/test_remote.py.
 """
 
+import json
 import os
 import signal
 import subprocess
 import sys
 
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 
@@ -23,17 +24,41 @@ def _serve(*args, timeout=120):
                         text=True, timeout=timeout, cwd=ROOT)
 
 
-def test_bad_spec_file_and_missing_capacity_exit_2(tmp_path):
+def test_bad_spec_file_and_bad_capacity_exit_2(tmp_path):
   missing = _serve(f'--spec_file={tmp_path}/none.pbtxt',
                    f'--checkpoint_dir={tmp_path}/buffer')
   assert missing.returncode == 2
   assert 'none.pbtxt' in missing.stderr and 'save_spec' in missing.stderr
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
-  no_capacity = _serve(f'--spec_file={spec_file}',
-                       f'--checkpoint_dir={tmp_path}/buffer')
-  assert no_capacity.returncode == 2
-  assert 'capacity' in no_capacity.stderr and 'gin' in no_capacity.stderr
+  zero = _serve(f'--spec_file={spec_file}', f'--checkpoint_dir={tmp_path}/b',
+                '--capacity=0')
+  assert zero.returncode != 0
+  assert '--capacity' in zero.stderr and '0' in zero.stderr
+
+
+def test_serves_the_shipped_config_with_shape_flags(tmp_path):
+  """Without --gin_file, serve.gin is used; --capacity and --sequence_length
+  override it, like smart-replay-populate's flags."""
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
+  process = subprocess.Popen(
+      [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
+       f'--checkpoint_dir={tmp_path}/buffer',
+       f'--port={remote_workers.free_port_pair()}', '--capacity=500',
+       '--sequence_length=3'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+  line = process.stdout.readline()
+  assert line.startswith("Serving ['experience'] at "), line
+  process.send_signal(signal.SIGINT)
+  _, err = process.communicate(timeout=120)
+  assert process.returncode == 0, err[-2000:]
+  with open(os.path.join(tmp_path, 'buffer', 'checkpoints', 'ckpt-000001',
+                         'manifest.json')) as f:
+    manifest = json.load(f)
+  assert (manifest['capacity'], manifest['sequence_length'],
+          manifest['stride_length']) == (500, 3, 1)
+  assert manifest['tables'][0]['remover'] == 'fifo'  # From serve.gin.
 
 
 def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
