@@ -26,7 +26,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
-from smart_replay.core import progress_log
+from smart_replay.utils import progress_log
 
 GAME = 'Pong'
 STACK = 4

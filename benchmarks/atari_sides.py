@@ -34,7 +34,7 @@ from tf_agents.replay_buffers import reverb_utils
 from smart_replay import FrameStack
 from smart_replay import ReplayBufferManager
 from smart_replay import TableConfig
-from smart_replay.core import progress_log
+from smart_replay.utils import progress_log
 from smart_replay_benchmarks import atari_frames
 
 SIDES = ('stock', 'ours', 'ours_blocks', 'ours_noframes')

@@ -41,7 +41,7 @@ from typing import Any, Dict, Sequence
 
 import tensorflow as tf
 
-from smart_replay.core import observer as observer_lib
+from smart_replay.writing import chunking
 from smart_replay_benchmarks import checkpoints as checkpoints_lib
 from smart_replay_benchmarks import curve as curve_lib
 from smart_replay_benchmarks import extras
@@ -101,7 +101,7 @@ def run(workload: workload_lib.Workload, output_dir: str,
                   'tensorflow': tf.__version__,
                   'tf_agents': importlib.metadata.version('tf-agents')},
       'chunk_length': (workload.chunk_length or
-                       observer_lib.auto_chunk_length(
+                       chunking.auto_chunk_length(
                            workload_lib.BUFFERS['ours'].step_layout(
                                spec).step_spec)),
       'raw_bytes_per_step': workload_lib.raw_bytes_per_step(spec)}

@@ -8,11 +8,11 @@ from typing import Any, Dict
 from absl import logging
 import reverb
 
-from smart_replay.checkpointing import checkpointer as checkpointer_lib
-from smart_replay.checkpointing import layout
-from smart_replay.checkpointing import store as checkpoint_store
-from smart_replay.core import config as config_lib
-from smart_replay.core import local_server as server_lib
+from smart_replay.config import buffer as config_lib
+from smart_replay.server import checkpointer as checkpointer_lib
+from smart_replay.server import local_server as server_lib
+from smart_replay.storage import layout
+from smart_replay.storage import store as checkpoint_store
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
 

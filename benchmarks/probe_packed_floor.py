@@ -8,7 +8,7 @@ Measured 2026-11-23 on 2 cores: insert 31k -> 55k steps/s, sample
 """
 import time, numpy as np, tree, reverb, tensorflow as tf
 from smart_replay import _reverb_internal as ri
-from smart_replay.core import packing
+from smart_replay.spec import packing
 from smart_replay_benchmarks import workload as wl_lib
 spec = wl_lib.data_spec(32)
 wl = wl_lib.Workload(steps=60000, repeats=1, episode_length=200)

@@ -21,7 +21,7 @@ import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
-from smart_replay.core import dataset as dataset_lib
+from smart_replay.sampling import dataset as dataset_lib
 from smart_replay_benchmarks import workload as workload_lib
 
 # pipeline: the buffer (`workload.BUFFERS` name) it reads.

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import reverb
 
-from smart_replay.core import local_server as server_lib
+from smart_replay.server import local_server as server_lib
 from smart_replay_benchmarks import extras
 from smart_replay_benchmarks import workload as workload_lib
 

@@ -17,9 +17,9 @@ import tensorflow as tf
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
-from smart_replay.core import packing
-from smart_replay.core import reverb_tables
-from smart_replay.core import tables as tables_lib
+from smart_replay.config import reverb_tables
+from smart_replay.config import tables as tables_lib
+from smart_replay.spec import packing
 
 TABLE = 'replay'
 SEQUENCE_LENGTH = 2

@@ -18,7 +18,8 @@ from tf_agents.replay_buffers import reverb_utils
 import tree
 
 from smart_replay import _reverb_internal as reverb_internal
-from smart_replay.core import observer as observer_lib
+from smart_replay.writing import chunking
+from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
 
@@ -87,7 +88,7 @@ def _write_reverb_floor(client: reverb.Client, spec, steps, *,
   """
   layout = workload_lib.BUFFERS['sink'].step_layout(spec)
   rows = [layout.columns(tree.flatten(step)) for step in steps]
-  length = chunk_length or observer_lib.auto_chunk_length(layout.step_spec)
+  length = chunk_length or chunking.auto_chunk_length(layout.step_spec)
   writer = reverb_internal.new_trajectory_writer(
       client, chunk_length=length,
       keep_alive=length + workload_lib.SEQUENCE_LENGTH)

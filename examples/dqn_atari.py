@@ -80,7 +80,7 @@ import smart_replay
 from smart_replay.apps.envs import atari_env
 # smart_replay loads its public names on first use; its gin configurables
 # must exist before gin parses the bindings (which locks the config).
-from smart_replay import manager as _  # pylint: disable=unused-import
+from smart_replay.manager import facade as _  # pylint: disable=unused-import
 
 FLAGS = flags.FLAGS
 

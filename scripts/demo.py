@@ -12,9 +12,9 @@ native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 from absl import app
 from absl import flags
 
+from smart_replay import errors
 from smart_replay.apps import binary
 from smart_replay.apps import demo
-from smart_replay import errors
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('buffer_dir', None, 'The buffer directory to summarize.')

@@ -24,7 +24,7 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from smart_replay.tools import takeover
 
 FLAGS = flags.FLAGS
@@ -33,7 +33,7 @@ flags.DEFINE_string('source', None, 'A plain Reverb checkpoint folder, or a '
 flags.DEFINE_string('checkpoint_dir', None, 'The smart_replay buffer '
                     'directory to write.')
 flags.DEFINE_string('spec_file', None, 'The collect_data_spec, saved with '
-                    'smart_replay.core.specs.save_spec.')
+                    'smart_replay.spec.specs.save_spec.')
 flags.DEFINE_string('table', None, 'The table to import (default: the only '
                     'one).')
 flags.DEFINE_string('table_name', 'experience', 'Its name in the new buffer.')

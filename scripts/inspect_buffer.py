@@ -25,7 +25,7 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from smart_replay.tools import export
 from smart_replay.tools import inspection
 from smart_replay.tools import plots
@@ -45,7 +45,7 @@ flags.DEFINE_string('import_to', None, 'TARGET is an RLDS dataset (TFDS '
                     'buffer here.')
 flags.DEFINE_string('spec_file', None, 'With --import_to: store the steps '
                     'under this collect_data_spec (saved with '
-                    'smart_replay.core.specs.save_spec), e.g. the agent\'s '
+                    'smart_replay.spec.specs.save_spec), e.g. the agent\'s '
                     'with its action bounds; default the dataset\'s own.')
 flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
 flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',

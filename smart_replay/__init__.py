@@ -17,9 +17,11 @@ batch, with a fixed or annealed fraction (the `mixing` subpackage)::
         starter_fraction=smart_replay.mixing.FractionSchedule(
             initial=0.5, final=0.1, steps=50_000))
 
-Everything else
-(the `core`, `checkpointing`, `tools` and `remote` subpackages) is importable
-for advanced use. The public names load on first use, so `import
+(`smart_replay.mixing` is the `sampling` package, `smart_replay.telemetry`
+the `integrations` package.) Everything else is importable for advanced use;
+the packages follow the data flow, each importing only those below it:
+`utils`, `spec`, `config`, `storage`, `server`, `backends`, `writing`,
+`sampling`, `manager`, `integrations`, `remote`, `tools`, `apps`. The public names load on first use, so `import
 smart_replay` does not load TensorFlow.
 """
 
@@ -47,23 +49,25 @@ _ERRORS = ('BufferInUseError', 'CheckpointCorruptError',
 # Public name -> the module that defines it.
 _EXPORTS = {
     **{name: 'smart_replay.errors' for name in _ERRORS},
-    'FractionSchedule': 'smart_replay.mixing.schedule',
-    'FrameStack': 'smart_replay.core.frames',
-    'ReplayInfo': 'smart_replay.core.dataset',
-    'ReplayBufferManager': 'smart_replay.manager',
-    'TrajectoryObserver': 'smart_replay.core.observer',
-    'TableConfig': 'smart_replay.core.tables',
+    'FractionSchedule': 'smart_replay.sampling.schedule',
+    'FrameStack': 'smart_replay.spec.frames',
+    'ReplayInfo': 'smart_replay.sampling.dataset',
+    'ReplayBufferManager': 'smart_replay.manager.facade',
+    'TrajectoryObserver': 'smart_replay.writing.observer',
+    'TableConfig': 'smart_replay.config.tables',
 }
 
 
-# Public subpackages, imported on first use as `smart_replay.<name>`.
-_SUBPACKAGES = ('mixing', 'telemetry')
+# Public subpackage names -> the packages they are, imported on first use as
+# `smart_replay.<name>`.
+_SUBPACKAGES = {'mixing': 'smart_replay.sampling',
+                'telemetry': 'smart_replay.integrations'}
 
 
 def __getattr__(name):
   """Loads a public name on first use (PEP 562)."""
   if name in _SUBPACKAGES:
-    return importlib.import_module(f'{__name__}.{name}')
+    return importlib.import_module(_SUBPACKAGES[name])
   if name not in _EXPORTS:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
   value = getattr(importlib.import_module(_EXPORTS[name]), name)

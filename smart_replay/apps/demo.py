@@ -13,7 +13,7 @@ from typing import Any, Dict
 import gin
 import numpy as np
 
-from smart_replay import manager as manager_lib
+from smart_replay.manager import facade as manager_lib
 from smart_replay.tools import provenance
 
 

@@ -21,14 +21,14 @@ from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
 
 from smart_replay import errors
-from smart_replay import manager as manager_lib
 from smart_replay.apps import progress as progress_lib
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import factory as policy_factory
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import checks
-from smart_replay.core import counters
+from smart_replay.config import record
+from smart_replay.manager import facade as manager_lib
 from smart_replay.tools import provenance
+from smart_replay.utils import checks
+from smart_replay.writing import counters
 
 # Where buffers of a name are found; importable from here too.
 find_buffers = provenance.find_buffers
@@ -41,7 +41,7 @@ class PopulateResult:
   Attributes:
     buffer_dir: the starter buffer's directory.
     checkpoint: the newest checkpoint folder (None if nothing was saved).
-    steps: env steps collected in total (see `smart_replay.core.counters`:
+    steps: env steps collected in total (see `smart_replay.writing.counters`:
       boundary steps excluded), including earlier sessions of a resumed
       buffer.
     total_steps: env steps requested (`steps_per_run * num_runs`).
@@ -64,7 +64,7 @@ class PopulateResult:
   def summary(self) -> str:
     """What the populate command prints, in the words inspect uses.
 
-    The counts are defined in `smart_replay.core.counters`; the second line
+    The counts are defined in `smart_replay.writing.counters`; the second line
     is `provenance.collection_state`, as inspect prints it.
 
     Returns:
@@ -250,7 +250,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
         raise ValueError(
             f'cannot resume {buffer_dir}: it was collected with other '
             'settings:\n'
-            + manifest_lib.format_differences(mismatched, 'buffer', 'now')
+            + record.format_differences(mismatched, 'buffer', 'now')
             + '\nResume with the same env and policy, or pass overwrite=True.')
       state.update(stored, total_steps=total)
       if total > state['steps']:

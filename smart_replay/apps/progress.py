@@ -14,7 +14,7 @@ from absl import logging
 import numpy as np
 import tqdm
 
-from smart_replay import manager as manager_lib
+from smart_replay.manager import facade as manager_lib
 
 
 class StopCollection(Exception):
@@ -35,7 +35,7 @@ class Progress:
   Args:
     observer: the manager's observer; gets every step first.
     total: env steps to collect in all (boundary steps not counted; the
-      counts are defined in `smart_replay.core.counters`).
+      counts are defined in `smart_replay.writing.counters`).
     done: env steps collected before (a resumed buffer).
     episodes: episodes finished before.
     label: the progress bar's and log lines' label.

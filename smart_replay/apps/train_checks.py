@@ -8,8 +8,8 @@ expected, before a server starts or a directory changes.
 from typing import Optional
 
 from smart_replay import errors
-from smart_replay import mixing
-from smart_replay.core import specs
+from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.spec import specs
 from smart_replay.tools import provenance
 
 MODES = ('copy', 'mix', 'none')  # How the starter's data is used.
@@ -38,7 +38,7 @@ def starter_env(starter_dir: str) -> str:
 
 def fraction_schedule(mode: str, initial: Optional[float],
                       final: Optional[float], steps: Optional[int], kind: str
-                      ) -> Optional[mixing.FractionSchedule]:
+                      ) -> Optional[schedule_lib.FractionSchedule]:
   """The starter's share of each batch for `mode` ('mix'), else None.
 
   Args:
@@ -66,7 +66,7 @@ def fraction_schedule(mode: str, initial: Optional[float],
                        f'starter_mode={mode!r}.')
     return None
   try:
-    return mixing.FractionSchedule(
+    return schedule_lib.FractionSchedule(
         initial=0.5 if initial is None else initial, final=final, steps=steps,
         kind=kind)
   except ValueError as e:

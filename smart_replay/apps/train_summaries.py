@@ -10,8 +10,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from smart_replay import mixing
-from smart_replay import telemetry
+from smart_replay.integrations import summaries
+from smart_replay.sampling import schedule as schedule_lib
 
 
 def write_summaries(writer: tf.summary.SummaryWriter,
@@ -30,7 +30,7 @@ def write_summaries(writer: tf.summary.SummaryWriter,
   with writer.as_default(), tf.summary.record_if(True):
     for metric in collect_metrics:
       tf.summary.scalar('Metrics/' + metric.name, metric.result(), step=step)
-    telemetry.write_buffer_summaries(manager, step)
+    summaries.write_buffer_summaries(manager, step)
     for tag, value in (share.scalars(step) if share else {}).items():
       tf.summary.scalar(tag, value, step=step)
 
@@ -41,10 +41,10 @@ class StarterShare:
 
   Args:
     schedule: the starter's `FractionSchedule`.
-    sampled: the [2] int64 counts `mixing.dataset.count_sources` adds to.
+    sampled: the [2] int64 counts `sampling.mixing.count_sources` adds to.
   """
 
-  def __init__(self, schedule: mixing.FractionSchedule, sampled: tf.Variable):
+  def __init__(self, schedule: schedule_lib.FractionSchedule, sampled: tf.Variable):
     self._schedule, self._sampled = schedule, sampled
     self._last = np.asarray(sampled.numpy())
 

@@ -61,17 +61,17 @@ from tf_agents.train import actor
 from tf_agents.train import learner
 from tf_agents.train.utils import train_utils
 
+from smart_replay import errors
 from smart_replay.apps import agents
 from smart_replay.apps import evaluation
 from smart_replay.apps import train_checks
 from smart_replay.apps import train_progress
 from smart_replay.apps import train_summaries
-from smart_replay import errors
-from smart_replay import manager as manager_lib
-from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps.envs import factory as env_factory
-from smart_replay.core import checks
-from smart_replay.mixing import dataset as mixing_dataset
+from smart_replay.integrations import paired as paired_checkpoint
+from smart_replay.manager import facade as manager_lib
+from smart_replay.sampling import mixing as mixing_dataset
+from smart_replay.utils import checks
 
 MODES = train_checks.MODES
 BUFFER_DIR = 'buffer'

@@ -4,28 +4,28 @@ import abc
 import dataclasses
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional
 
+import reverb
+
 from smart_replay import errors
-from smart_replay.core import config as config_lib
+from smart_replay.config import buffer as config_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Hooks:
-  """What a backend may ask of the manager that holds it.
+class Started:
+  """What a backend's start gives the manager.
 
   Attributes:
-    serve: `serve(client, **server)` makes the replay buffer, TF client and
-      first observer of a started buffer; `server` is `local_server=` or
-      `server_address=` for TF-Agents' `ReverbReplayBuffer`.
-    flush: flushes every observer.
-    lock: held while a step is written; pauses the writers.
-    observers: returns the manager's observers.
-    require_started: raises `ManagerStateError` unless the buffer is started.
+    client: a `reverb.Client` of the started server.
+    config: the buffer's `BufferConfig` (a loaded checkpoint's layout, or
+      the server's config in client mode).
+    server: how TF-Agents' `ReverbReplayBuffer` reaches the server:
+      `{'local_server': server}` or `{'server_address': 'host:port'}`.
+    loaded: `{'path', 'manifest'}` of a restored checkpoint, or None.
   """
-  serve: Callable[..., None]
-  flush: Callable[[], None]
-  lock: ContextManager[Any]
-  observers: Callable[[], List[Any]]
-  require_started: Callable[[], None]
+  client: reverb.Client
+  config: config_lib.BufferConfig
+  server: Mapping[str, Any]
+  loaded: Optional[Dict[str, Any]] = None
 
 
 class Backend(abc.ABC):
@@ -35,13 +35,11 @@ class Backend(abc.ABC):
     config: the buffer's `BufferConfig`; None while not known (client mode
       before `connect`).
     where: the buffer, for messages (its directory, or the server).
-    on_reconnect: what an observer calls after it reconnected, or None.
   """
   # {manager method: why this mode does not offer it}.
   UNSUPPORTED: Mapping[str, str] = {}
   config: Optional[config_lib.BufferConfig] = None
   where: str = ''
-  on_reconnect: Optional[Callable[[Any], None]] = None
 
   def require(self, method: str) -> None:
     """Raises unless this mode offers the manager's `method`.
@@ -65,39 +63,47 @@ class Backend(abc.ABC):
   def keep_checkpoints(self) -> Optional[int]:
     """How many complete checkpoints are kept (None while unknown)."""
 
-  def create(self, *, overwrite: bool) -> None:
-    """Starts an empty buffer and serves it (see `Hooks.serve`).
+  def create(self, *, overwrite: bool) -> Started:
+    """Starts an empty buffer.
 
     Args:
       overwrite: replace the data already there.
+
+    Returns:
+      What was started.
     """
     self.require('create_replay_buffer')
     raise NotImplementedError('create_replay_buffer')
 
-  def load(self, source: Optional[str], *, overwrite: bool
-           ) -> Dict[str, Any]:
-    """Starts a buffer restored from a checkpoint and serves it.
+  def load(self, source: Optional[str], *, overwrite: bool) -> Started:
+    """Starts a buffer restored from a checkpoint.
 
     Args:
       source: where to load from (None: the buffer's own directory).
       overwrite: replace the data already there.
 
     Returns:
-      `{'path', 'manifest'}` of the restored checkpoint.
+      What was started, with `loaded` set.
     """
     self.require('load_replay_buffer')
     raise NotImplementedError('load_replay_buffer')
 
-  def connect(self) -> None:
-    """Connects to a running server and serves it."""
+  def connect(self) -> Started:
+    """Connects to a running server.
+
+    Returns:
+      What was started (the server's config).
+    """
     self.require('connect')
     raise NotImplementedError('connect')
 
-  def snapshot_items(self, table: str) -> List[Any]:
+  def snapshot_items(self, table: str, *,
+                     pause: Callable[[], ContextManager[Any]]) -> List[Any]:
     """Every item of `table`, read from an exact snapshot.
 
     Args:
       table: the table's name.
+      pause: returns a context that flushes and pauses the writers.
 
     Returns:
       `CheckpointReader` items.
@@ -112,11 +118,13 @@ class Backend(abc.ABC):
   @abc.abstractmethod
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Callable[[], Dict[str, Any]],
+                 flush: Callable[[], None],
                  starter: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers and writes a verified checkpoint.
 
     Args:
       extra: user metadata for the manifest.
+      flush: flushes the manager's observers.
       counts: returns the manifest's counts once the observers are flushed.
       starter: the reference to a read-only starter table
         (`StarterSource.reference()`) the manifest stores beside the config.
@@ -126,8 +134,23 @@ class Backend(abc.ABC):
     """
 
   @abc.abstractmethod
-  def times_sampled(self) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}` from an exact snapshot."""
+  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
+                    ) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}` from an exact snapshot.
+
+    Args:
+      pause: returns a context that pauses the writers.
+    """
+
+  def restarted(self) -> Optional[Dict[str, Any]]:
+    """Whether the server is a new instance since the last call (client mode,
+    after an observer reconnected).
+
+    Returns:
+      The new instance's `{'restored_save_started': ...}`, or None if the
+      server did not restart (always None for an in-process server).
+    """
+    return None
 
   def wait_for_pending_save(self) -> None:
     """Waits for a save that timed out earlier, if the mode has one."""

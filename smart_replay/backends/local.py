@@ -9,25 +9,27 @@ and comparing its manifest, and checks what the new server serves and holds.
 import contextlib
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from absl import logging
 import portpicker
 
 from smart_replay import errors
 from smart_replay.backends import base
-from smart_replay.checkpointing import checkpointer as checkpointer_lib
-from smart_replay.checkpointing import files as checkpoint_files
-from smart_replay.checkpointing import layout
-from smart_replay.checkpointing import lock as buffer_lock
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.checkpointing import reader as checkpoint_reader
-from smart_replay.checkpointing import store as checkpoint_store
-from smart_replay.core import config as config_lib
-from smart_replay.core import local_server as server_lib
-from smart_replay.core import layouts
-from smart_replay.core import packing
-from smart_replay.core import reverb_tables
+from smart_replay.config import buffer as config_lib
+from smart_replay.config import options
+from smart_replay.config import record
+from smart_replay.config import reverb_tables
+from smart_replay.server import checkpointer as checkpointer_lib
+from smart_replay.server import local_server as server_lib
+from smart_replay.spec import layouts
+from smart_replay.spec import packing
+from smart_replay.storage import files as checkpoint_files
+from smart_replay.storage import layout
+from smart_replay.storage import lock as buffer_lock
+from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import reader as checkpoint_reader
+from smart_replay.storage import store as checkpoint_store
 
 
 class LocalBackend(base.Backend):
@@ -37,16 +39,12 @@ class LocalBackend(base.Backend):
     config: the buffer's configuration.
     layout_given: whether `config.layout` was asked for; if not, a loaded
       checkpoint keeps its own layout.
-    checkpoint_dir: the buffer directory.
-    keep_checkpoints: complete checkpoints to keep (>= 1).
-    port: the server's port; None picks a free one.
-    connect_timeout_s: how long the server may take to answer.
-    checkpoint_timeout_s: how long one Reverb save may take.
-    allow_version_mismatch: load checkpoints of other package versions.
-    hooks: what the backend asks of the manager.
+    location: the buffer directory, checkpoints kept, port and whether
+      other package versions load.
+    timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
 
   Raises:
-    ValueError: if `keep_checkpoints` or `checkpoint_dir` is invalid.
+    ValueError: if the buffer directory is invalid.
   """
   UNSUPPORTED = {'connect': (
       'connect() is for client mode (ReplayBufferManager(..., '
@@ -54,21 +52,18 @@ class LocalBackend(base.Backend):
       'create_replay_buffer() or load_replay_buffer().')}
 
   def __init__(self, config: config_lib.BufferConfig, *, layout_given: bool,
-               checkpoint_dir: str, keep_checkpoints: int, port: Optional[int],
-               connect_timeout_s: float, checkpoint_timeout_s: float,
-               allow_version_mismatch: bool, hooks: base.Hooks):
+               location: options.LocalBuffer, timeouts: options.Timeouts):
     self.config = self._asked = config
     self._layout_given = layout_given
-    self._store = checkpoint_store.CheckpointStore(str(checkpoint_dir),
-                                                   keep=keep_checkpoints)
+    self._store = checkpoint_store.CheckpointStore(
+        str(location.checkpoint_dir), keep=location.keep_checkpoints)
     self.where = self._store.root
     # Held from create/load until close(): one writer per buffer directory.
     self._dir_lock = buffer_lock.BufferLock(self._store.root)
-    self._port = port
-    self._connect_timeout_s = connect_timeout_s
-    self._checkpoint_timeout_s = checkpoint_timeout_s
-    self._allow_version_mismatch = allow_version_mismatch
-    self._hooks = hooks
+    self._port = location.port
+    self._connect_timeout_s = timeouts.connect_timeout_s
+    self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
+    self._allow_version_mismatch = location.allow_version_mismatch
     self._server = self._client = self._checkpointer = None
 
   @property
@@ -83,11 +78,14 @@ class LocalBackend(base.Backend):
 
   # ----------------------------------------------------------------- start-up
 
-  def create(self, *, overwrite: bool) -> None:
+  def create(self, *, overwrite: bool) -> base.Started:
     """Starts an empty buffer; see `ReplayBufferManager.create_replay_buffer`.
 
     Args:
       overwrite: replace the checkpoints already in the directory.
+
+    Returns:
+      What was started.
 
     Raises:
       CheckpointExistsError: if there are some and `overwrite` is False.
@@ -102,9 +100,9 @@ class LocalBackend(base.Backend):
             'load_replay_buffer() to continue that buffer, or pass '
             'overwrite=True to delete it and start empty.')
       self.config = self._asked
-      self._replacing(existing, self._start_empty)
+      return self._replacing(existing, self._start_empty)
 
-  def load(self, source: Optional[str], *, overwrite: bool) -> Dict[str, Any]:
+  def load(self, source: Optional[str], *, overwrite: bool) -> base.Started:
     """Starts from the newest usable checkpoint at `source`; see
     `ReplayBufferManager.load_replay_buffer`.
 
@@ -115,7 +113,8 @@ class LocalBackend(base.Backend):
         another buffer.
 
     Returns:
-      `{'path', 'manifest'}` of the restored checkpoint.
+      What was started; `loaded` is `{'path', 'manifest'}` of the restored
+      checkpoint.
 
     Raises:
       CheckpointExistsError: if loading another buffer into a non-empty
@@ -169,15 +168,16 @@ class LocalBackend(base.Backend):
     self._store.discard_set_aside(moves)
     return result
 
-  def _start_empty(self) -> None:
-    self._start(fallback=None)
+  def _start_empty(self) -> base.Started:
+    started = self._start(fallback=None)
     sizes = {n: t['items'] for n, t in self._checkpointer.table_stats().items()}
     if any(sizes.values()):
       raise errors.CheckpointCorruptError(
           f'the new server in {self._store.root} is not empty ({sizes}); '
           'something restored data into it.')
+    return started
 
-  def _start_from(self, path: str) -> Dict[str, Any]:
+  def _start_from(self, path: str) -> base.Started:
     """Verifies `path`, compares its manifest, starts and checks the server."""
     manifest = layout.verify(path)
     self.config = self._asked
@@ -190,7 +190,7 @@ class LocalBackend(base.Backend):
     version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
     if version_diffs and self._allow_version_mismatch:
       logging.warning('Loading %s written with other package versions:\n%s',
-                      path, manifest_lib.format_differences(
+                      path, record.format_differences(
                           version_diffs, 'checkpoint', 'installed'))
     elif version_diffs:
       diffs += version_diffs
@@ -198,12 +198,12 @@ class LocalBackend(base.Backend):
       raise errors.ManifestMismatchError(
           f'checkpoint {path} was written with a different configuration '
           f'({len(diffs)} difference(s)):\n'
-          + manifest_lib.format_differences(diffs)
+          + record.format_differences(diffs)
           + '\nPass the checkpoint\'s values to ReplayBufferManager (for '
           'versions: install them, or pass allow_version_mismatch=True), or '
           'create a new buffer.', diffs)
     try:
-      self._start(fallback=path)
+      started = self._start(fallback=path)
     except (RuntimeError, ValueError) as e:
       if isinstance(e, errors.SmartReplayError):
         raise
@@ -214,7 +214,8 @@ class LocalBackend(base.Backend):
     except BaseException:
       self.stop()
       raise
-    return {'path': path, 'manifest': manifest}
+    return dataclasses.replace(started, loaded={'path': path,
+                                                'manifest': manifest})
 
   def _check_restored(self, path: str, manifest: Dict[str, Any]) -> None:
     """Checks that the new server holds the items the manifest records.
@@ -251,7 +252,7 @@ class LocalBackend(base.Backend):
     logging.info('Clients wrote to the restored server while it was checked '
                  '(%s items now, %s in %s).', restored, expected, path)
 
-  def _start(self, fallback: Optional[str]) -> None:
+  def _start(self, fallback: Optional[str]) -> base.Started:
     """Starts a server on the empty Reverb root, restoring `fallback`."""
     config = self.config
     def make_tables():
@@ -271,14 +272,15 @@ class LocalBackend(base.Backend):
         raise errors.ManifestMismatchError(
             'the Reverb server does not serve the requested tables (a restored '
             'checkpoint overrode them):\n'
-            + manifest_lib.format_differences(diffs, 'running', 'requested'),
+            + record.format_differences(diffs, 'running', 'requested'),
             diffs)
       if self._checkpointer is not None:
         self._checkpointer.close()
       self._checkpointer = checkpointer_lib.Checkpointer(
           self._client, self._store, timeout_s=self._checkpoint_timeout_s,
           info_timeout_s=self._connect_timeout_s)
-      self._hooks.serve(self._client, local_server=self._server)
+      return base.Started(self._client, config,
+                          {'local_server': self._server})
     except BaseException:
       self.stop()
       raise
@@ -291,6 +293,7 @@ class LocalBackend(base.Backend):
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Callable[[], Dict[str, Any]],
+                 flush: Callable[[], None],
                  starter: Optional[Dict[str, Any]] = None) -> str:
     """Waits for an earlier timed-out save, flushes, then saves (with the
     buffer config and `counts()`) through the `Checkpointer`.
@@ -298,39 +301,42 @@ class LocalBackend(base.Backend):
     Args:
       extra: user metadata for the manifest.
       counts: the manager's counts, read once the observers are flushed.
+      flush: flushes the manager's observers.
       starter: a starter reference the manifest stores under 'starter'.
 
     Returns:
       The new `ckpt-N` folder.
     """
     self._checkpointer.wait_for_pending_save()
-    self._hooks.flush()
+    flush()
     config = self.config.to_manifest()
     if starter is not None:
       config = {**config, 'starter': starter}
     return self._checkpointer.save(config, counts(), extra=extra)
 
-  @contextlib.contextmanager
-  def _paused(self, *, flush: bool):
-    """Holds the writers' lock (after flushing them, if asked)."""
-    with self._hooks.lock:
-      if flush:
-        self._hooks.flush()
-      yield
+  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
+                    ) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}` from a throwaway snapshot.
 
-  def times_sampled(self) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}` from a throwaway snapshot."""
+    Args:
+      pause: returns a context that pauses the writers.
+
+    Returns:
+      The counts per table and item.
+    """
     counts = {}
-    for item in self._checkpointer.snapshot(
-        checkpoint_files.read_items, pause=lambda: self._paused(flush=False)):
+    for item in self._checkpointer.snapshot(checkpoint_files.read_items,
+                                            pause=pause):
       counts.setdefault(item.table, {})[item.key] = item.times_sampled
     return counts
 
-  def snapshot_items(self, table: str) -> List[Any]:
+  def snapshot_items(self, table: str, *,
+                     pause: Callable[[], ContextManager[Any]]) -> List[Any]:
     """Every item of `table` from a snapshot taken after flushing.
 
     Args:
       table: the table's name.
+      pause: returns a context that flushes and pauses the writers.
 
     Returns:
       `CheckpointReader` items.
@@ -338,7 +344,7 @@ class LocalBackend(base.Backend):
     return self._checkpointer.snapshot(
         lambda path: list(checkpoint_reader.CheckpointReader(
             path, layout=self.config.step_layout).items(table)),
-        pause=lambda: self._paused(flush=True))
+        pause=pause)
 
   def wait_for_pending_save(self) -> None:
     """Waits (bounded) for a checkpoint that timed out earlier."""

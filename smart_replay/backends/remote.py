@@ -6,19 +6,22 @@ spec and arguments, asks the server for checkpoints and snapshots, and
 notices when a reconnect reached a restarted server.
 """
 
+import dataclasses
+import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from absl import logging
 import reverb
 
 from smart_replay import errors
 from smart_replay.backends import base
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import config as config_lib
-from smart_replay.core import local_server as server_lib
-from smart_replay.core import reverb_tables
-from smart_replay.remote import control as control_lib
+from smart_replay.config import buffer as config_lib
+from smart_replay.config import options
+from smart_replay.config import record
+from smart_replay.config import reverb_tables
+from smart_replay.server import control as control_lib
+from smart_replay.server import local_server as server_lib
 
 
 class RemoteBackend(base.Backend):
@@ -26,28 +29,27 @@ class RemoteBackend(base.Backend):
 
   Args:
     data_spec: the local spec of one step.
-    requested: the constructor's capacity / sequence_length /
-      stride_length / table_configs / layout (None: take the server's).
-    server_address: 'host:port' of the Reverb server.
-    control_address: 'host:port' of its control service; default the
-      Reverb port + 1.
-    connect_timeout_s: how long the server may take to answer.
-    checkpoint_timeout_s: how long the server's save may take.
-    hooks: what the backend asks of the manager.
+    shape: what the client asks for; its fields that are not None must
+      match the server's (the rest is taken from the server).
+    location: the server's Reverb and control addresses.
+    timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
   """
 
-  def __init__(self, data_spec: Any, *, requested: Mapping[str, Any],
-               server_address: str, control_address: Optional[str],
-               connect_timeout_s: float, checkpoint_timeout_s: float,
-               hooks: base.Hooks):
+  def __init__(self, data_spec: Any, *, shape: options.BufferShape,
+               location: options.RemoteBuffer, timeouts: options.Timeouts):
+    server_address = location.server_address
     self._data_spec = data_spec
-    self._requested = {k: v for k, v in requested.items() if v is not None}
+    requested = {f.name: getattr(shape, f.name)
+                 for f in dataclasses.fields(shape)}
+    self._requested = {k: list(v) if k == 'table_configs' else v
+                       for k, v in requested.items() if v is not None}
     self._address = server_address
-    self._control_address = (control_address or
+    self._control_address = (location.control_address or
                              control_lib.control_address_for(server_address))
-    self._connect_timeout_s = connect_timeout_s
-    self._checkpoint_timeout_s = checkpoint_timeout_s
-    self._hooks = hooks
+    self._connect_timeout_s = timeouts.connect_timeout_s
+    self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
+    # Guards the instance seen last (observers reconnect from their threads).
+    self._instance_lock = threading.Lock()
     self.where = f'the server at {server_address}'
     self.config = None
     self._control = None
@@ -73,9 +75,12 @@ class RemoteBackend(base.Backend):
     """The server's `keep_checkpoints`, once connected."""
     return self._served['keep_checkpoints'] if self._control else None
 
-  def connect(self) -> None:
-    """Connects, adopts the served config and serves it; see
+  def connect(self) -> base.Started:
+    """Connects and adopts the served config; see
     `ReplayBufferManager.connect`.
+
+    Returns:
+      What was started (the server's config).
 
     Raises:
       ServerUnavailableError: if the server does not answer in time.
@@ -102,9 +107,8 @@ class RemoteBackend(base.Backend):
         raise errors.ManifestMismatchError(
             f'the Reverb tables at {self._address} differ from the '
             f'local spec ({len(diffs)} difference(s)):\n'
-            + manifest_lib.format_differences(diffs, 'server', 'local'), diffs)
+            + record.format_differences(diffs, 'server', 'local'), diffs)
       self._control, self._served = control, served
-      self._hooks.serve(client, server_address=self._address)
     except BaseException:
       control.close()
       self._control = self._served = self.config = None
@@ -112,6 +116,8 @@ class RemoteBackend(base.Backend):
     logging.info('Connected to the replay buffer served at %s (tables %s, '
                  'checkpoints in %s on the server).', self._address,
                  self.config.table_names, served['checkpoint_dir'])
+    return base.Started(client, self.config,
+                        {'server_address': self._address})
 
   def _adopt(self, stored: Dict[str, Any]) -> config_lib.BufferConfig:
     """The server's buffer config; raises if the local arguments differ."""
@@ -124,7 +130,7 @@ class RemoteBackend(base.Backend):
       raise errors.ManifestMismatchError(
           f'the buffer served at {self._address} has another '
           f'configuration than this client ({len(diffs)} difference(s)):\n'
-          + manifest_lib.format_differences(diffs, 'server', 'local')
+          + record.format_differences(diffs, 'server', 'local')
           + '\nBuild the client from the same collect_data_spec as the '
           'server, and pass no capacity/sequence_length/stride_length/'
           'table_configs/layout (they are read from the server) or the same '
@@ -143,17 +149,22 @@ class RemoteBackend(base.Backend):
       ManagerStateError: if not connected.
       ServerUnavailableError: if the server does not answer in time.
     """
-    self._hooks.require_started()
+    if self._control is None:
+      raise errors.ManagerStateError(
+          'the buffer is not started; call create_replay_buffer() or '
+          'load_replay_buffer() first (connect() in client mode).')
     return self._call('info', timeout_s=self._connect_timeout_s)['checkpoints']
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Callable[[], Dict[str, Any]],
+                 flush: Callable[[], None],
                  starter: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers, then has the server checkpoint.
 
     Args:
       extra: user metadata for the manifest.
       counts: unused: the server counts what it saves.
+      flush: flushes the manager's observers.
       starter: unused: client mode has no starter table (the manager
         refuses `starter_dir` with `server_address`).
 
@@ -165,41 +176,48 @@ class RemoteBackend(base.Backend):
         3 x `checkpoint_timeout_s`.
     """
     del counts  # The server counts what it saves.
-    self._hooks.flush()
+    flush()
     # The server may first wait for its own save in progress.
     path = self._call('checkpoint', {'extra': extra},
                       timeout_s=3 * self._checkpoint_timeout_s)
     logging.info('The server at %s checkpointed to %s', self._address, path)
     return path
 
-  def times_sampled(self) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}`, from the server's snapshot."""
+  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
+                    ) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}`, from the server's snapshot.
+
+    Args:
+      pause: unused: the server pauses its own writers.
+
+    Returns:
+      The counts per table and item.
+    """
+    del pause  # The server takes the snapshot.
     served = self._call('times_sampled', timeout_s=self._checkpoint_timeout_s)
     return {name: {int(key): n for key, n in per_item.items()}
             for name, per_item in served.items()}
 
-  def on_reconnect(self, observer: Any) -> None:
-    """After an observer reconnected: if the server is a new instance (it was
-    restarted), every observer counts the items it had confirmed that the
-    restart lost.
+  def restarted(self) -> Optional[Dict[str, Any]]:
+    """Asks the server whether it is a new instance (it was restarted) since
+    the last answer; called after an observer reconnected.
 
-    Args:
-      observer: the observer that reconnected.
+    Returns:
+      The new instance (`restored_save_started` says which items the restart
+      lost), or None if it is the same server or could not be asked.
     """
-    del observer  # Every observer of this manager talked to the old server.
     try:
       instance = self._ask_instance()
     except errors.SmartReplayError as e:
       logging.warning('Could not ask the server at %s whether it restarted '
                       '(%s); items a restart lost are not counted.',
                       self._address, e)
-      return
-    with self._hooks.lock:
+      return None
+    with self._instance_lock:
       if instance.get('id') == self._served.get('instance', {}).get('id'):
-        return  # The same server: the connection was interrupted only.
+        return None  # The same server: the connection was interrupted only.
       self._served['instance'] = instance
-      for obs in self._hooks.observers():
-        obs.count_restart_loss(instance.get('restored_save_started'))
+      return instance
 
   def _ask_instance(self) -> Dict[str, Any]:
     """The server's instance (see `ReplayServer`), on a new control channel:

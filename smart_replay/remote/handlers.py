@@ -1,6 +1,6 @@
 """What a `ReplayServer`'s control service answers.
 
-Three methods (see `smart_replay.remote.control`): 'info' describes the
+Three methods (see `smart_replay.server.control`): 'info' describes the
 buffer (configuration, checkpoint directory and checkpoints) and the serving
 instance, so that clients reconnecting after a restart can count what they
 lost; 'checkpoint' writes a checkpoint; 'times_sampled' reads per-item sample
@@ -11,8 +11,8 @@ import datetime
 import uuid
 from typing import Any, Callable, Dict, Optional
 
-from smart_replay import manager as manager_lib
-from smart_replay.remote import control as control_lib
+from smart_replay.manager import facade as manager_lib
+from smart_replay.server import control as control_lib
 
 
 def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:

@@ -6,11 +6,9 @@ its newest verified checkpoint, writes checkpoints on a schedule (every N
 seconds and/or N inserted items) and on request of a client, writes a final
 one when asked to stop, and logs table sizes and insert/sample rates at an
 interval. Clients reach it on two ports: Reverb's (data) and the control
-service's (configuration and checkpoints, `smart_replay.remote.control`).
-
-The schedule and retry policy are in `schedule`, the status line in `status`,
-the control methods in `handlers`, and `smart_replay.remote.launch.serve()` is
-what the `smart-replay-serve` binary runs.
+service's (`smart_replay.server.control`). The schedule is in `schedule`, the
+status line in `status`, the control methods in `handlers`; `launch.serve()`
+is what the `smart-replay-serve` binary runs.
 """
 
 import socket
@@ -22,13 +20,13 @@ from absl import logging
 import gin
 
 from smart_replay import errors
-from smart_replay import manager as manager_lib
-from smart_replay.core import checks
-from smart_replay.remote import control as control_lib
+from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import handlers
 from smart_replay.remote import schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
+from smart_replay.server import control as control_lib
+from smart_replay.utils import checks
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
 
@@ -200,8 +198,7 @@ class ReplayServer:
 
   @property
   def restart_loss(self) -> Optional[Dict[str, Any]]:
-    """What the previous server lost by stopping without its final
-    checkpoint (see `serving_record.lost_since`), or None."""
+    """What the last server lost without a final checkpoint, or None."""
     return self._restart_loss
 
   @property

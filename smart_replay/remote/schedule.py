@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
 
-from smart_replay.checkpointing import files as checkpoint_files
-from smart_replay.core import checks
+from smart_replay.storage import files as checkpoint_files
+from smart_replay.utils import checks
 
 Counts = Tuple[int, int]  # (inserts, samples) over all tables.
 

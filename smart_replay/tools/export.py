@@ -23,11 +23,11 @@ from typing import Any, Dict, List, NamedTuple, Optional
 import numpy as np
 from tf_agents.trajectories import time_step as ts
 
-from smart_replay.checkpointing import reader as checkpoint_reader
-from smart_replay.checkpointing import layout as checkpoints_lib
 from smart_replay import errors
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import specs
+from smart_replay.spec import specs
+from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import reader as checkpoint_reader
 
 _LAST = int(ts.StepType.LAST)
 _FIRST = int(ts.StepType.FIRST)

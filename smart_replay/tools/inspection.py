@@ -13,16 +13,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import reverb
 
-from smart_replay.checkpointing import layout as checkpoints_lib
-from smart_replay.remote import control as control_lib
 from smart_replay import errors
-from smart_replay.core import counters
-from smart_replay.core import local_server as server_lib
-from smart_replay.core import packing
-from smart_replay.core import progress_log
-from smart_replay.core import specs
-from smart_replay.mixing import starter as starter_lib
+from smart_replay.backends import starter as starter_lib
+from smart_replay.server import control as control_lib
+from smart_replay.server import local_server as server_lib
+from smart_replay.spec import packing
+from smart_replay.spec import specs
+from smart_replay.storage import layout as checkpoints_lib
 from smart_replay.tools import provenance as provenance_lib
+from smart_replay.utils import progress_log
+from smart_replay.writing import counters
 
 
 # Checkpoints larger than this in all (about 0.5 s of reading and hashing
@@ -125,7 +125,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
     'found', 'missing: ...' or 'DIFFERENT: ...'), else None;
     the tables and spec come from the newest checkpoint that verifies. The
     counts (`env_steps`, `episodes`, a table's `items` and
-    `item_episodes`) are defined in `smart_replay.core.counters`; a table's
+    `item_episodes`) are defined in `smart_replay.writing.counters`; a table's
     `size` is an older name of its `items`.
 
   Raises:

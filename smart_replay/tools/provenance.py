@@ -12,7 +12,7 @@ says what it holds: `complete: false` and `env_steps` of
 
 The counts (`env_steps`, `episodes`, `items`, ...) are the buffer's, as
 `ReplayBufferManager.stats()` reports them, defined once in
-`smart_replay.core.counters`. `LEGACY_KEYS` are older names of some of them,
+`smart_replay.writing.counters`. `LEGACY_KEYS` are older names of some of them,
 still written for older readers.
 """
 
@@ -23,10 +23,10 @@ from typing import Any, Dict, List, Optional
 
 from absl import logging
 
-from smart_replay import manager as manager_lib
-from smart_replay.checkpointing import layout as checkpoints_lib
-from smart_replay.checkpointing import manifest as manifest_lib
-from smart_replay.core import specs
+from smart_replay.manager import facade as manager_lib
+from smart_replay.spec import specs
+from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import manifest as manifest_lib
 
 PROVENANCE_NAME = 'provenance.json'
 # Older provenance keys, still written (same values): {old name: key}.

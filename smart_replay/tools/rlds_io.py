@@ -23,11 +23,11 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
 from smart_replay import errors
-from smart_replay import manager as manager_lib
-from smart_replay.core import specs
-from smart_replay.core import tables as tables_lib
+from smart_replay.config import tables as tables_lib
+from smart_replay.manager import facade as manager_lib
+from smart_replay.spec import specs
 from smart_replay.tools import export
-from smart_replay.core import progress_log
+from smart_replay.utils import progress_log
 
 # Beside the TFDS files (never named dataset_info.json: that one is TFDS's):
 # what an exact import of our own export needs.

@@ -2,7 +2,7 @@
 
 `import_reverb_checkpoint(source, checkpoint_dir, data_spec=...)` reads the
 newest complete plain Reverb checkpoint at `source` (see
-`checkpointing.foreign`), checks the user's `data_spec` against what it
+`storage.foreign`), checks the user's `data_spec` against what it
 stores (the table's signature, or else the decoded columns of its items),
 and writes every item, in insertion order and with its priority, into a new
 smart_replay buffer directory with a verified checkpoint and manifest. The
@@ -19,13 +19,13 @@ import tree
 
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay import errors
-from smart_replay import manager as manager_lib
-from smart_replay.checkpointing import foreign
-from smart_replay.checkpointing import reader as checkpoint_reader
-from smart_replay.core import packing
-from smart_replay.core import specs
-from smart_replay.core import tables as tables_lib
-from smart_replay.core import progress_log
+from smart_replay.config import tables as tables_lib
+from smart_replay.manager import facade as manager_lib
+from smart_replay.spec import packing
+from smart_replay.spec import specs
+from smart_replay.storage import foreign
+from smart_replay.storage import reader as checkpoint_reader
+from smart_replay.utils import progress_log
 
 
 

@@ -210,7 +210,7 @@ def test_serve_exports_prometheus_metrics(tmp_path):
   import signal  # pylint: disable=g-import-not-at-top
   import urllib.request  # pylint: disable=g-import-not-at-top
   import portpicker  # pylint: disable=g-import-not-at-top
-  from smart_replay.core import specs  # pylint: disable=g-import-not-at-top
+  from smart_replay.spec import specs  # pylint: disable=g-import-not-at-top
   from tests import testing  # pylint: disable=g-import-not-at-top
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))

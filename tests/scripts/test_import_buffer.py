@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from tests.smart_replay.tools import test_takeover
 
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),

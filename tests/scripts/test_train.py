@@ -9,11 +9,11 @@ import time
 import pytest
 from tf_agents.policies import random_py_policy
 
-from smart_replay.checkpointing import layout as checkpoints
-from smart_replay.checkpointing import paired as paired_checkpoint
 from smart_replay.apps import populate
 from smart_replay.apps import training
 from smart_replay.apps.envs import factory
+from smart_replay.integrations import paired as paired_checkpoint
+from smart_replay.storage import layout as checkpoints
 from tests import testing
 
 BIN = os.path.dirname(sys.executable)

@@ -148,6 +148,8 @@ def _data(path: str, source: str, scripts: Dict[str, str]) -> List[str]:
     data.append(f'//{FIXTURES}:data')
   if "'README.md'" in source:  # A test that runs the README's snippets.
     data.append('//:README.md')
+  if re.search(r"""['"]docs[/'"]""", source):  # ... or those of docs/.
+    data.append('//docs')
   if path.startswith('tests/'):
     data += sorted({f'//scripts:{stem}' for name, stem in scripts.items()
                     if re.search(rf'[\'"]{re.escape(name)}[\'"]', source)})

@@ -9,7 +9,7 @@ from tf_agents.environments import py_environment
 from smart_replay.apps.envs import atari_env
 from smart_replay.apps.envs import gymnasium_env
 from smart_replay.apps.envs import thermal
-from smart_replay.core import frames
+from smart_replay.spec import frames
 
 THERMAL = 'thermal'
 GYM_PREFIX = 'gym:'

@@ -8,10 +8,10 @@ from tf_agents.environments import py_environment
 from tf_agents.policies import py_policy
 from tf_agents.policies import random_py_policy
 
-from smart_replay.core import specs
 from smart_replay.apps.envs import thermal
 from smart_replay.apps.policies import cartpole
 from smart_replay.apps.policies import schedule
+from smart_replay.spec import specs
 
 SAVED_PREFIX = 'saved:'
 # Gym ids with a scripted baseline.

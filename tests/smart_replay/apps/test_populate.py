@@ -8,8 +8,8 @@ import gin
 import pytest
 
 import smart_replay
-from smart_replay.checkpointing import layout as checkpoints
 from smart_replay.apps import populate
+from smart_replay.storage import layout as checkpoints
 
 
 def _populate(tmp_path, **kwargs):
@@ -223,7 +223,7 @@ def test_bad_arguments_are_named(tmp_path, kwargs, match):
 
 
 def test_counts_agree_in_summary_provenance_stats_and_inspect(tmp_path):
-  """One definition per count (smart_replay.core.counters), printed in the
+  """One definition per count (smart_replay.writing.counters), printed in the
   same words: env steps exclude episode boundaries, episodes are finished
   ones, items are the table's."""
   from smart_replay.tools import inspection  # pylint: disable=g-import-not-at-top

@@ -10,10 +10,10 @@ from tf_agents.policies import random_tf_policy
 from tf_agents.specs import tensor_spec
 
 import smart_replay
-from smart_replay.checkpointing import layout as checkpoints
 from smart_replay.apps import populate
 from smart_replay.apps import training
 from smart_replay.apps.envs import factory
+from smart_replay.storage import layout as checkpoints
 from tests import testing
 
 
@@ -220,7 +220,7 @@ def test_eval_arguments_are_checked(cartpole_starter, tmp_path, name):
 def test_one_final_pair_when_the_last_step_is_a_checkpoint_step(
     cartpole_starter, tmp_path):
   """200 steps, a pair every 100: the final save must not repeat step 200."""
-  from smart_replay.checkpointing import paired  # pylint: disable=g-import-not-at-top
+  from smart_replay.integrations import paired  # pylint: disable=g-import-not-at-top
   _train(cartpole_starter, tmp_path / 'run')
   buffer_steps = paired.buffer_checkpoints(str(tmp_path / 'run' / 'buffer'))
   agent_steps = paired.agent_checkpoints(str(tmp_path / 'run' / 'agent'))

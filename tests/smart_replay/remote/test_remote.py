@@ -18,7 +18,7 @@ import pytest
 
 import smart_replay
 from smart_replay.remote import serving_record
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 

@@ -11,7 +11,7 @@ import pytest
 
 import smart_replay
 from smart_replay.remote import replay_server as serve
-from smart_replay.core import specs
+from smart_replay.spec import specs
 from tests import testing
 
 
@@ -166,7 +166,7 @@ def test_spec_file_round_trip(tmp_path, data_spec):
 
 
 def test_control_service_refuses_a_port_in_use_and_reraises_errors():
-  from smart_replay.remote import control  # pylint: disable=g-import-not-at-top
+  from smart_replay.server import control  # pylint: disable=g-import-not-at-top
   def fails(request):
     raise smart_replay.WaitTimeoutError(f'took too long: {request}')
   first = control.ControlServer({'info': lambda request: {'ok': 1},

@@ -8,10 +8,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 import smart_replay
-from smart_replay.checkpointing import reader as checkpoint_reader
+from smart_replay.config import tables
+from smart_replay.storage import reader as checkpoint_reader
 from smart_replay.tools import export
 from smart_replay.tools import rlds_io
-from smart_replay.core import tables
 from tests import testing
 
 

@@ -5,9 +5,9 @@ import os
 import pytest
 
 import smart_replay
-from smart_replay.tools import inspection
+from smart_replay.config import tables
 from smart_replay.remote import replay_server as serve
-from smart_replay.core import tables
+from smart_replay.tools import inspection
 from tests import testing
 
 

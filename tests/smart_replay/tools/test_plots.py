@@ -6,8 +6,8 @@ from matplotlib import image
 import numpy as np
 import pytest
 
+from smart_replay.config import tables
 from smart_replay.tools import plots
-from smart_replay.core import tables
 from tests import testing
 
 

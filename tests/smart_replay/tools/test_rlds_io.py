@@ -6,7 +6,7 @@ import pytest
 import tree
 
 import smart_replay
-from smart_replay.checkpointing import reader as checkpoint_reader
+from smart_replay.storage import reader as checkpoint_reader
 from tests import testing
 
 rlds = pytest.importorskip('rlds')

@@ -11,8 +11,8 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.specs import tensor_spec
 
 import smart_replay
-from smart_replay.checkpointing import foreign
-from smart_replay.checkpointing import reader as checkpoint_reader
+from smart_replay.storage import foreign
+from smart_replay.storage import reader as checkpoint_reader
 from smart_replay.tools import takeover
 from tests import testing
 

@@ -1,0 +1,222 @@
+"""A buffer's configuration: one frozen record of what the buffer is.
+
+`BufferConfig` is the one immutable record of what a buffer is: its step
+spec, capacity, default sequence and stride length, and resolved table
+configs. It is what a checkpoint's manifest stores (`to_manifest`), what a
+load compares with the manifest (`diff`), and where the manager looks tables
+up (`table`, `prioritized_table`).
+"""
+
+import dataclasses
+import functools
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from smart_replay.config import record
+from smart_replay.config import tables as tables_lib
+from smart_replay.spec import frames as frames_lib
+from smart_replay.spec import layouts
+from smart_replay.spec import packing
+from smart_replay.spec import specs
+
+Difference = Tuple[str, Any, Any]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BufferConfig:
+  """What a buffer is: spec, capacity, lengths and resolved table configs.
+
+  Build it with `resolve` (from user arguments) or `from_manifest` (from a
+  stored config); the constructor takes the fields as they are.
+
+  Attributes:
+    data_spec: the spec of one step (a `Trajectory` of specs).
+    capacity: items of every table without its own `max_size`.
+    sequence_length: steps per item of sequence tables without their own.
+    stride_length: steps between item starts, likewise.
+    tables: the resolved `TableConfig`s; the first is the default table.
+    layout: how steps are stored: 'packed' (one byte column per step) or
+      'columns' (one Reverb column per field); see `packing.Layout`.
+    frame_stack: the stacked pixel field stored once per frame (packed
+      layout only; see `frames`), or None.
+  """
+  data_spec: Any
+  capacity: int
+  sequence_length: int
+  stride_length: int
+  tables: Tuple[tables_lib.TableConfig, ...]
+  layout: str = 'columns'
+  frame_stack: Optional[frames_lib.FrameStack] = None
+
+  @classmethod
+  def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
+              stride_length: int,
+              table_configs: Sequence[tables_lib.TableConfig],
+              layout: Optional[str] = None,
+              frame_stack: Optional[frames_lib.FrameStack] = None
+              ) -> 'BufferConfig':
+    """Fills every table config's open fields with the buffer's values.
+
+    Args:
+      data_spec: the spec of one step.
+      capacity: the default `max_size`.
+      sequence_length: the default steps per item.
+      stride_length: the default stride.
+      table_configs: the tables, as the user wrote them.
+      layout: 'packed' or 'columns'; None for `packing.default_layout`
+        ('packed' with a `frame_stack`).
+      frame_stack: a stacked pixel field to store once per frame, or None.
+
+    Returns:
+      A `BufferConfig` with resolved tables.
+
+    Raises:
+      ValueError: if a table cannot be resolved (see `TableConfig.resolve`),
+        or the layout is unknown or cannot store `data_spec` (names the
+        field).
+    """
+    config = cls(data_spec=data_spec, capacity=capacity,
+                 sequence_length=sequence_length, stride_length=stride_length,
+                 tables=tuple(c.resolve(capacity=capacity,
+                                        sequence_length=sequence_length,
+                                        stride_length=stride_length)
+                              for c in table_configs),
+                 layout=layout or ('packed' if frame_stack is not None else
+                                   packing.default_layout(data_spec)),
+                 frame_stack=frame_stack)
+    config.step_layout  # Checks the layout now, before anything starts.
+    for table in config.tables:
+      if table.block_length is not None and config.layout != 'packed':
+        raise ValueError(
+            f'TableConfig({table.name!r}).block_length='
+            f'{table.block_length} needs layout=\'packed\' (packed items '
+            f'are blocks of packed steps), got layout={config.layout!r}.')
+    return config
+
+  @functools.cached_property
+  def step_layout(self) -> packing.Layout:
+    """The `packing.Layout` of `layout`: what Reverb stores per step, and
+    how samples and checkpoint items decode."""
+    return layouts.make_layout(self.layout, self.data_spec, self.frame_stack)
+
+  @classmethod
+  def from_manifest(cls, stored: Mapping[str, Any], *,
+                    data_spec: Any = None) -> 'BufferConfig':
+    """Reads the config a manifest (or a served `info`) stores.
+
+    Args:
+      stored: a manifest, or what `to_manifest` returned.
+      data_spec: the step spec to use; default the stored one.
+
+    Returns:
+      The `BufferConfig`.
+
+    Raises:
+      KeyError, TypeError, ValueError: if `stored` is not such a config.
+    """
+    if data_spec is None:
+      data_spec = specs.spec_from_json(stored['data_spec'])
+    return cls.resolve(
+        data_spec=data_spec, capacity=stored['capacity'],
+        sequence_length=stored['sequence_length'],
+        stride_length=stored['stride_length'],
+        table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
+        layout=packing.stored_name(stored),
+        frame_stack=layouts.stored_frame_stack(stored))
+
+  def constructor_kwargs(self) -> Dict[str, Any]:
+    """The `ReplayBufferManager` arguments this config decides.
+
+    Returns:
+      `{'capacity', 'sequence_length', 'stride_length', 'table_configs',
+      'layout', 'frame_stack'}`.
+    """
+    return {'capacity': self.capacity, 'sequence_length': self.sequence_length,
+            'stride_length': self.stride_length,
+            'table_configs': list(self.tables), 'layout': self.layout,
+            'frame_stack': self.frame_stack}
+
+  @functools.cached_property
+  def _manifest(self) -> Dict[str, Any]:
+    return record.build_config(
+        data_spec=self.data_spec, sequence_length=self.sequence_length,
+        stride_length=self.stride_length, capacity=self.capacity,
+        table_configs=list(self.tables), layout=self.step_layout.describe())
+
+  def to_manifest(self) -> Dict[str, Any]:
+    """The config as a manifest stores it (JSON-serializable).
+
+    Returns:
+      `{'data_spec', 'sequence_length', 'stride_length', 'capacity',
+      'tables', 'layout'}` (see `record.build_config`); the same dict
+      every call.
+    """
+    return self._manifest
+
+  def diff(self, stored: Union['BufferConfig', Mapping[str, Any]]
+           ) -> List[Difference]:
+    """Lists every field where `stored` differs from this config.
+
+    Args:
+      stored: a manifest (or another `BufferConfig`), e.g. a checkpoint's.
+
+    Returns:
+      `(field, stored_value, this_value)` tuples; empty when they match.
+      Sampling-only table fields (beta, epsilon) are not compared.
+    """
+    if isinstance(stored, BufferConfig):
+      stored = stored.to_manifest()
+    return record.diff_config(stored, self.to_manifest())
+
+  @property
+  def table_names(self) -> List[str]:
+    """The tables' names, the default table first."""
+    return [c.name for c in self.tables]
+
+  def table(self, name: Optional[str] = None) -> tables_lib.TableConfig:
+    """The config of table `name`.
+
+    Args:
+      name: a table name; None for the first table.
+
+    Returns:
+      Its resolved `TableConfig`.
+
+    Raises:
+      ValueError: if there is no such table; names the tables there are.
+    """
+    if name is None:
+      return self.tables[0]
+    for config in self.tables:
+      if config.name == name:
+        return config
+    raise ValueError(f'unknown table_name {name!r}; this buffer has '
+                     f'tables {self.table_names}.')
+
+  def prioritized_table(self, name: Optional[str] = None
+                        ) -> tables_lib.TableConfig:
+    """The config of prioritized table `name`.
+
+    Args:
+      name: a table name; None for the first prioritized table.
+
+    Returns:
+      Its resolved `TableConfig`.
+
+    Raises:
+      ValueError: if the table is unknown or not prioritized, or (name None)
+        there is no prioritized table.
+    """
+    if name is None:
+      found = [c for c in self.tables if c.prioritized]
+      if not found:
+        raise ValueError(
+            'this buffer has no prioritized table (tables '
+            f'{[(c.name, c.sampler) for c in self.tables]}); add a '
+            "TableConfig(sampler='prioritized').")
+      return found[0]
+    config = self.table(name)
+    if not config.prioritized:
+      raise ValueError(f'table {config.name!r} samples {config.sampler!r}, '
+                       "not 'prioritized': priorities would not change what "
+                       'is sampled.')
+    return config

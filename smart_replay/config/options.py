@@ -1,0 +1,218 @@
+"""A manager's options in four small groups, each checked when it is made.
+
+* `BufferShape`: what the buffer is (capacity, lengths, tables, layout,
+  frame stack);
+* `LocalBuffer` or `RemoteBuffer`: where it lives (an in-process server on a
+  buffer directory, or a client of `smart-replay-serve`); the two are
+  separate types, so a local-only option cannot be given to a client;
+* `WriteOptions`: how the observers write (environments, chunks, what a
+  non-finite or out-of-bounds float does);
+* `Timeouts`: how long each kind of wait may take.
+
+`ReplayBufferManager` takes them grouped (`shape=`, `location=`, `writes=`,
+`timeouts=`) or as the flat keyword arguments of their fields (gin bindings
+such as `ReplayBufferManager.capacity = 1000`); the field names are the flat
+names, so a message names the same argument either way.
+"""
+
+import dataclasses
+import os
+from typing import Optional, Sequence, Tuple, Union
+
+import gin
+
+from smart_replay.config import tables as tables_lib
+from smart_replay.spec import frames as frames_lib
+from smart_replay.spec import packing
+from smart_replay.spec import validation as step_validation
+from smart_replay.utils import checks
+
+
+def _positive_or_none(name: str, value: Optional[int]) -> None:
+  if value is not None:
+    checks.positive(name, value, integer=True)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class BufferShape:
+  """What the buffer is. None: the default for a new local buffer (2-step
+  items, stride 1, one uniform table 'experience', the packed layout when
+  every field is numeric), a loaded checkpoint's, or in client mode the
+  server's.
+
+  Attributes:
+    capacity: the default `max_size` of the tables (required locally).
+    sequence_length: steps per item, >= 1.
+    stride_length: steps between consecutive item starts, >= 1.
+    table_configs: the tables (`TableConfig`s, the first the default).
+    layout: 'packed' (all fields in one byte column) or 'columns'.
+    frame_stack: a `FrameStack` for a stacked pixel observation (needs the
+      packed layout).
+
+  Raises:
+    ValueError: naming the first bad field and its value.
+  """
+  capacity: Optional[int] = None
+  sequence_length: Optional[int] = None
+  stride_length: Optional[int] = None
+  table_configs: Optional[Sequence[tables_lib.TableConfig]] = None
+  layout: Optional[str] = None
+  frame_stack: Optional[frames_lib.FrameStack] = None
+
+  def __post_init__(self):
+    for name in ('capacity', 'sequence_length', 'stride_length'):
+      _positive_or_none(name, getattr(self, name))
+    if self.table_configs is not None:
+      configs = tuple(self.table_configs)
+      for config in configs:
+        if not isinstance(config, tables_lib.TableConfig):
+          raise ValueError(f'table_configs entries must be TableConfig, got '
+                           f'{config!r}.')
+      names = [c.name for c in configs]
+      if len(set(names)) != len(names):
+        raise ValueError(f'table_configs names must be unique, got {names}.')
+      object.__setattr__(self, 'table_configs', configs)
+    if self.layout is not None and self.layout not in packing.LAYOUTS:
+      raise ValueError(f'layout must be one of {packing.LAYOUTS} or None, '
+                       f'got {self.layout!r}.')
+    if self.frame_stack is not None and not isinstance(
+        self.frame_stack, frames_lib.FrameStack):
+      raise ValueError(f'frame_stack must be a smart_replay.FrameStack(field, '
+                       f'axis) or None, got {self.frame_stack!r}.')
+    if self.frame_stack is not None and self.layout == 'columns':
+      raise ValueError(f"frame_stack={self.frame_stack!r} needs "
+                       f"layout='packed' (or None), got "
+                       f'layout={self.layout!r}.')
+
+  @property
+  def tables(self) -> Tuple[tables_lib.TableConfig, ...]:
+    """The tables to serve locally: the given ones, or one default table."""
+    return tuple(self.table_configs or (tables_lib.TableConfig(),))
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class LocalBuffer:
+  """An in-process Reverb server on a buffer directory.
+
+  Attributes:
+    checkpoint_dir: the buffer directory (checkpoints, manifests, lock).
+    keep_checkpoints: complete checkpoints kept on disk, >= 1.
+    port: the server's port; None picks a free one.
+    starter_dir: a starter buffer served read-only beside this one.
+    allow_version_mismatch: load checkpoints of other dm-reverb, tensorflow
+      or tf-agents versions (with a warning) instead of refusing.
+
+  Raises:
+    ValueError: naming the first bad field and its value.
+  """
+  checkpoint_dir: Union[str, os.PathLike]
+  keep_checkpoints: int = 2
+  port: Optional[int] = None
+  starter_dir: Optional[str] = None
+  allow_version_mismatch: bool = False
+
+  def __post_init__(self):
+    if (not isinstance(self.checkpoint_dir, (str, os.PathLike)) or
+        not str(self.checkpoint_dir)):
+      raise ValueError(f'checkpoint_dir must be a non-empty path, got '
+                       f'{self.checkpoint_dir!r}.')
+    checks.positive('keep_checkpoints', self.keep_checkpoints, integer=True)
+    if self.port is not None and (isinstance(self.port, bool) or not
+                                  isinstance(self.port, int) or
+                                  not 0 < self.port < 65536):
+      raise ValueError(f'port must be None or an integer in [1, 65535], got '
+                       f'{self.port!r}.')
+    object.__setattr__(self, 'allow_version_mismatch',
+                       bool(self.allow_version_mismatch))
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class RemoteBuffer:
+  """A client of a standalone server (`smart-replay-serve`).
+
+  Attributes:
+    server_address: 'host:port' of its Reverb server.
+    control_address: its control service; None: the Reverb port + 1.
+
+  Raises:
+    ValueError: if an address is not 'host:port'.
+  """
+  server_address: str
+  control_address: Optional[str] = None
+
+  def __post_init__(self):
+    for name in ('server_address', 'control_address'):
+      value = getattr(self, name)
+      if (value is not None or name == 'server_address') and (
+          not isinstance(value, str) or ':' not in value):
+        raise ValueError(f"{name} must be 'host:port', got {value!r}.")
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+  """How the observers write.
+
+  Attributes:
+    num_envs: N if the first observer gets batches of N environments' steps;
+      None for unbatched steps.
+    chunk_length: steps per Reverb chunk; None: `chunking.auto_chunk_length`.
+    non_finite: 'error', 'warn' or 'allow' a NaN/Inf in a float field.
+    float_bounds: the same for floats outside their bounded spec; other
+      bound violations are always refused.
+
+  Raises:
+    ValueError: naming the first bad field and its value.
+  """
+  num_envs: Optional[int] = None
+  chunk_length: Optional[int] = None
+  non_finite: str = 'error'
+  float_bounds: str = 'warn'
+
+  def __post_init__(self):
+    _positive_or_none('num_envs', self.num_envs)
+    _positive_or_none('chunk_length', self.chunk_length)
+    for name in ('non_finite', 'float_bounds'):
+      if getattr(self, name) not in step_validation.VALUE_POLICIES:
+        raise ValueError(f'{name} must be one of '
+                         f'{step_validation.VALUE_POLICIES}, got '
+                         f'{getattr(self, name)!r}.')
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class Timeouts:
+  """How long each kind of wait may take, in seconds (all > 0).
+
+  Attributes:
+    sample_timeout_s: sampling waits this long for data before raising.
+    write_timeout_s: observer flushes and episode ends.
+    connect_timeout_s: the server answering.
+    checkpoint_timeout_s: Reverb writing a checkpoint.
+    reconnect_timeout_s: observers retrying an unreachable server.
+
+  Raises:
+    ValueError: naming the first bad field and its value.
+  """
+  sample_timeout_s: float = 60.0
+  write_timeout_s: float = 60.0
+  connect_timeout_s: float = 10.0
+  checkpoint_timeout_s: float = 600.0
+  reconnect_timeout_s: float = 300.0
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      checks.positive(field.name, getattr(self, field.name))
+      object.__setattr__(self, field.name, float(getattr(self, field.name)))
+
+
+Location = Union[LocalBuffer, RemoteBuffer]
+GROUPS = (BufferShape, LocalBuffer, RemoteBuffer, WriteOptions, Timeouts)
+
+
+def field_names(group: type) -> Tuple[str, ...]:
+  """The fields of an option group (the flat argument names it takes)."""
+  return tuple(f.name for f in dataclasses.fields(group))

@@ -1,0 +1,250 @@
+"""Starting and stopping a manager's buffer, and writing to it.
+
+`Serving` is the part of `ReplayBufferManager` behind create/load/connect,
+`make_observer`, `flush`, `clear`, `checkpoint` and `close`: it turns what a
+backend started (`backends.base.Started`) into the running buffer (replay
+buffer, TF client, counts, observers, starter) and takes it down again.
+"""
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from absl import logging
+import reverb
+import tensorflow as tf
+
+from smart_replay import errors
+from smart_replay.backends import base as backend_lib
+from smart_replay.backends import starter as starter_lib
+from smart_replay.manager import arguments
+from smart_replay.manager import state as state_lib
+from smart_replay.sampling import replay_buffer as replay_buffer_lib
+from smart_replay.server import checkpointer as checkpointer_lib
+from smart_replay.writing import observer as observer_lib
+
+Started = Tuple[replay_buffer_lib.ManagedReplayBuffer,
+                observer_lib.TrajectoryObserver]
+
+
+class Serving:
+  """A buffer's start, observers, checkpoints and close.
+
+  Args:
+    state: the manager's state.
+    options: the manager's options.
+    backend: where the buffer lives.
+    checkpoint: the manager's `checkpoint` (the replay buffer's
+      `py_client.checkpoint()`).
+    make_dataset: the manager's `get_dataset` (the replay buffer's
+      `as_dataset`).
+  """
+
+  def __init__(self, state: state_lib.State,
+               options: arguments.ManagerOptions, backend: backend_lib.Backend,
+               *, checkpoint: Callable[[], str],
+               make_dataset: Callable[..., tf.data.Dataset]):
+    self._state, self._options, self._backend = state, options, backend
+    self._checkpoint, self._make_dataset = checkpoint, make_dataset
+
+  def start(self, start: Callable[[], backend_lib.Started]) -> Started:
+    """Runs a backend's start and builds the running buffer on it; on
+    failure nothing stays served.
+
+    Args:
+      start: the backend's `create`, `load` or `connect` (bound).
+
+    Returns:
+      `(replay_buffer, observer)`.
+    """
+    self._state.require(started=False, where=self._backend.where)
+    try:
+      started = start()
+      self._run(started)
+    except BaseException:
+      self._stop()
+      raise
+    if started.loaded is not None:
+      self._state.resumed(started.loaded)
+    running = self._state.running
+    return running.replay_buffer, running.observers[0]
+
+  def _run(self, started: backend_lib.Started) -> None:
+    """The running buffer of what the backend started."""
+    options, config = self._options, started.config
+    first = config.table()
+    manifest = started.loaded['manifest'] if started.loaded else None
+    self._state.running = running = state_lib.Running(
+        client=started.client, config=config,
+        replay_buffer=replay_buffer_lib.ManagedReplayBuffer(
+            options.data_spec, first.name,
+            first.sequence_length if first.kind == 'sequence' else None,
+            checkpoint=self._checkpoint, make_dataset=self._make_dataset,
+            rate_limiter_timeout_ms=int(
+                options.timeouts.sample_timeout_s * 1000), **started.server),
+        tf_client=reverb.TFClient(started.client.server_address),
+        counts=state_lib.Counts(config, manifest))
+    self._state.serving.assign(True)
+    self.make_observer(num_envs=options.writes.num_envs)
+    local = options.local
+    running.starter = starter_lib.open_for(
+        local.starter_dir if local else None,
+        manifest.get(starter_lib.MANIFEST_KEY) if manifest else None,
+        loading=manifest is not None,
+        where=started.loaded and started.loaded['path'],
+        connect_timeout_s=options.timeouts.connect_timeout_s,
+        allow_version_mismatch=bool(local and local.allow_version_mismatch))
+
+  def make_observer(self, *, priority: Optional[float] = None,
+                    num_envs: Optional[int] = None
+                    ) -> observer_lib.TrajectoryObserver:
+    """Creates another observer on this buffer (e.g. one per actor thread).
+
+    Args:
+      priority: initial priority of its items; None uses each table's
+        `initial_priority`, else the table's largest priority so far.
+      num_envs: None for unbatched steps; N for batches of N environments'
+        steps (one stream, with its own episodes, per environment).
+
+    Returns:
+      A `TrajectoryObserver` writing to every table; the manager flushes and
+      closes it with the buffer.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      ValueError: if `priority` or `num_envs` is invalid.
+    """
+    running = self._state.require(started=True, where=self._backend.where)
+    writes, timeouts = self._options.writes, self._options.timeouts
+    obs = observer_lib.TrajectoryObserver(
+        running.client, tables=list(running.config.tables),
+        data_spec=self._options.data_spec,
+        layout=running.config.step_layout, num_envs=num_envs,
+        priority=priority,
+        priority_fn=running.counts.priorities.new_item_priority,
+        lock=self._state.lock, on_reconnect=self._on_reconnect,
+        chunk_length=writes.chunk_length, non_finite=writes.non_finite,
+        float_bounds=writes.float_bounds, timeout_s=timeouts.write_timeout_s,
+        reconnect_timeout_s=timeouts.reconnect_timeout_s)
+    running.observers.append(obs)
+    return obs
+
+  def _on_reconnect(self, observer: Any) -> None:
+    """After an observer reconnected: if the server was restarted, every
+    observer counts the items it had confirmed that the restart lost."""
+    del observer  # Every observer of this manager talked to the old server.
+    instance = self._backend.restarted()
+    if instance is None:
+      return
+    with self._state.lock:
+      running = self._state.running
+      for obs in running.observers if running else ():
+        obs.count_restart_loss(instance.get('restored_save_started'))
+
+  def flush(self) -> None:
+    """Flushes every observer of this manager.
+
+    Raises:
+      WaitTimeoutError: if the server does not accept pending items in time.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps
+        (see `TrajectoryObserver`).
+    """
+    if self._state.running is not None:
+      self._state.running.flush()
+
+  def clear(self) -> None:
+    """Empties every table of the running server; checkpoints are untouched.
+
+    In client mode this empties the shared server's tables for every client.
+    Observers are flushed first and their current episode is closed, so
+    items written after `clear()` hold only steps written after it. Counters
+    in `stats()` restart at zero.
+
+    Raises:
+      ManagerStateError: if the manager is not started.
+      WaitTimeoutError: if flushing the observers times out.
+    """
+    with self._state.lock:
+      running = self._state.require(started=True, where=self._backend.where)
+      for obs in running.observers:
+        obs.end_episode()
+      for name in running.config.table_names:
+        running.client.reset(name)
+      for obs in running.observers:
+        obs.reset_counters()
+      running.counts.reset()
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Flushes the observers and writes a verified checkpoint.
+
+    Writing through this manager pauses meanwhile, so the manifest's counts
+    describe exactly what was saved. In client mode the server writes it into
+    its own directory (the path is on its machine).
+
+    Args:
+      extra: JSON-serializable metadata for the manifest, e.g.
+        `{'train_step': 1000}`.
+
+    Returns:
+      The checkpoint folder, `checkpoint_dir/checkpoints/ckpt-N`.
+
+    Raises:
+      ValueError: if `extra` is not JSON-serializable (names the key).
+      WaitTimeoutError: if flushing or writing exceeds the timeouts, or an
+        earlier timed-out save is still being written.
+      CheckpointWriteError: if the save failed (names path and cause);
+        nothing of it is left and the buffer keeps serving.
+      CheckpointCorruptError: if Reverb's output is missing or incomplete.
+      ManagerStateError: if the manager is not started.
+      ServerUnavailableError: in client mode, if the server does not answer
+        within 3 x checkpoint_timeout_s.
+    """
+    checkpointer_lib.check_extra(extra)
+    with self._state.lock:
+      running = self._state.require(started=True, where=self._backend.where)
+      return self._backend.checkpoint(
+          extra=extra,
+          counts=lambda: running.counts.manifest_counts(running.observers),
+          flush=running.flush,
+          starter=running.starter.reference() if running.starter else None)
+
+  def _stop(self) -> None:
+    """Stops serving: the backend and the starter stop, the running buffer
+    is dropped."""
+    self._state.serving.assign(False)
+    running, self._state.running = self._state.running, None
+    if running is not None and running.starter is not None:
+      running.starter.close()
+    self._backend.stop()
+
+  def close(self) -> None:
+    """Closes the observers and stops the server (client mode: disconnects).
+
+    Safe to call twice. A save still being written is waited for; the server
+    (and a starter's) stops even if that or a flush fails, then the error is
+    raised.
+
+    Raises:
+      WaitTimeoutError: if an observer could not flush in time, or an earlier
+        checkpoint did not finish.
+      ServerUnavailableError, WriteFailedError: if an observer lost steps.
+    """
+    with self._state.lock:
+      if self._state.closed:
+        return
+      self._state.closed = True
+      failure = None
+      running = self._state.running
+      for obs in running.observers if running else ():
+        try:
+          obs.close()
+        except errors.SmartReplayError as e:
+          failure = failure or e
+          logging.error('Closing observer failed: %s', e)
+      try:
+        self._backend.wait_for_pending_save()
+      except errors.WaitTimeoutError as e:
+        failure = failure or e
+        logging.error('%s', e)
+      self._stop()
+      self._backend.release()
+    if failure:
+      raise failure

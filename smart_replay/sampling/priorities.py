@@ -1,0 +1,161 @@
+"""Priority state of prioritized tables, and the importance-sampling beta.
+
+`Priorities` holds, per prioritized table, the largest priority given so far
+(a `tf.Variable`, so a Learner's `tf.function` can raise it); new items get
+it unless their table sets `initial_priority`. `update` checks and applies a
+batch of new priorities, eagerly or traced. `beta` is the annealed exponent
+of the importance-sampling weights.
+"""
+
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from smart_replay.config import tables as tables_lib
+
+
+class Priorities:
+  """The largest priority so far of each prioritized table.
+
+  Args:
+    tables: the buffer's resolved table configs.
+  """
+
+  def __init__(self, tables: Sequence[tables_lib.TableConfig]):
+    self._max = {c.name: tf.Variable(1.0, dtype=tf.float64, trainable=False,
+                                     name=f'max_priority_{i}')
+                 for i, c in enumerate(tables) if c.prioritized}
+
+  def new_item_priority(self, table_name: str) -> float:
+    """The priority new items of `table_name` get when it sets none.
+
+    Args:
+      table_name: a table's name.
+
+    Returns:
+      The table's largest priority so far (1.0 at first, and for tables
+      that are not prioritized).
+    """
+    variable = self._max.get(table_name)
+    return 1.0 if variable is None else float(variable.numpy())
+
+  def current(self) -> Dict[str, float]:
+    """`{prioritized table: largest priority so far}`."""
+    return {name: float(v.numpy()) for name, v in self._max.items()}
+
+  def restore(self, tables: Mapping[str, Mapping[str, Any]]) -> None:
+    """Takes the largest priorities a checkpoint's manifest counted.
+
+    Args:
+      tables: the manifest's `counts['tables']`.
+    """
+    for name, variable in self._max.items():
+      variable.assign(tables[name].get('max_priority', 1.0))
+
+  def reset(self) -> None:
+    """Back to 1.0 (after the tables were emptied)."""
+    for variable in self._max.values():
+      variable.assign(1.0)
+
+  def update(self, tf_client: reverb.TFClient,
+             config: tables_lib.TableConfig, keys: Any, priorities: Any, *,
+             serving: tf.Variable, where: str) -> None:
+    """Sets the priorities of sampled items; see
+    `ReplayBufferManager.update_priorities`.
+
+    Args:
+      tf_client: a `reverb.TFClient` of the server.
+      config: the prioritized table's config.
+      keys: uint64 keys `[batch]`, or `[batch, steps]` (first column used).
+      priorities: `[batch]` new priorities, e.g. TD errors.
+      serving: False once the buffer is closed (a traced update then fails
+        instead of waiting on the stopped server).
+      where: the buffer, for messages.
+
+    Raises:
+      ValueError: if the shapes differ or (eagerly) a priority is not
+        finite; traced, these checks raise `InvalidArgumentError`.
+    """
+    if not tf.is_tensor(keys):  # Python ints above 2**63 need uint64 first.
+      keys = np.asarray(keys, np.uint64)
+    keys = tf.convert_to_tensor(keys)
+    if keys.shape.rank == 2:
+      keys = keys[:, 0]
+    keys = tf.cast(keys, tf.uint64)
+    priorities = tf.cast(tf.convert_to_tensor(priorities), tf.float64)
+    if keys.shape.rank != 1 or priorities.shape.rank != 1:
+      raise ValueError(
+          f'update_priorities: keys must have shape [batch] or [batch, steps] '
+          f'and priorities [batch]; got keys {keys.shape}, priorities '
+          f'{priorities.shape} (table {config.name!r}).')
+    if tf.executing_eagerly():
+      _check_eagerly(keys, priorities, config.name)
+    checks = [
+        tf.debugging.Assert(serving, [
+            f'update_priorities: the buffer {where} is closed '
+            f'(table {config.name!r})']),
+        tf.debugging.assert_equal(
+            tf.size(keys), tf.size(priorities),
+            message=f'update_priorities: keys and priorities differ in length '
+            f'(table {config.name!r})'),
+        tf.debugging.assert_all_finite(
+            priorities, f'update_priorities: a priority is not finite (table '
+            f'{config.name!r})')]
+    with tf.control_dependencies(checks):
+      priorities = tf.abs(priorities) + config.priority_epsilon
+    largest = self._max[config.name]
+    largest.assign(tf.maximum(largest, tf.reduce_max(
+        tf.concat([priorities, tf.zeros([1], tf.float64)], 0))))
+    tf_client.update_priorities(config.name, keys, priorities)
+
+
+def _check_eagerly(keys: tf.Tensor, priorities: tf.Tensor, table: str) -> None:
+  """The shape and finiteness checks of an eager update, with the values."""
+  values = priorities.numpy()
+  if len(values) != int(tf.size(keys)):
+    raise ValueError(
+        f'update_priorities: {int(tf.size(keys))} keys but {len(values)} '
+        f'priorities (table {table!r}).')
+  bad = np.flatnonzero(~np.isfinite(values))
+  if bad.size:
+    raise ValueError(
+        f'update_priorities: priorities[{bad[0]}] = {values[bad[0]]!r} is '
+        f'not finite ({bad.size} such values; table {table!r}); a '
+        'diverging loss gives NaN TD errors.')
+
+
+def beta(config: tables_lib.TableConfig, train_step: Optional[tf.Variable]
+         ) -> Optional[Callable[[], Any]]:
+  """The importance-sampling beta of `config`, as the dataset reads it.
+
+  Args:
+    config: the sampled table's config.
+    train_step: the train-step variable; needed when beta is annealed.
+
+  Returns:
+    None for tables that are not prioritized (weights of 1); else a callable
+    returning beta, annealed linearly from `importance_beta` to
+    `importance_beta_final` over `importance_beta_steps` train steps.
+
+  Raises:
+    ValueError: if beta is annealed and `train_step` is not a variable.
+  """
+  if not config.prioritized:
+    return None
+  start = config.importance_beta
+  if config.importance_beta_final is None:
+    return lambda: start
+  if not isinstance(train_step, tf.Variable):
+    raise ValueError(
+        f'table {config.name!r} anneals importance_beta from {start} to '
+        f'{config.importance_beta_final} over '
+        f'{config.importance_beta_steps} train steps; pass the train step '
+        f'variable as get_dataset(train_step=...), got {train_step!r}.')
+  final, steps = config.importance_beta_final, config.importance_beta_steps
+  def annealed():
+    progress = tf.minimum(tf.constant(1.0, tf.float64),
+                          tf.cast(train_step, tf.float64) / steps)
+    return start + (final - start) * progress
+  return annealed

@@ -1,0 +1,7 @@
+"""A running Reverb server: start, restore progress, stats, checkpoints.
+
+`local_server` (an in-process server with bounded waits),
+`restore_progress`, `stats` (server_info as counts), `checkpointer` (a
+checkpoint through the server, made durable) and `control` (the control
+channel of a standalone `smart-replay-serve`).
+"""

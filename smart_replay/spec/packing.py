@@ -1,0 +1,326 @@
+"""One packed byte column per step: every field of a step in one `uint8` row.
+
+Reverb pays a fixed cost per column of every item (a chunk reference, a
+slice, C++ bookkeeping), so a step of seven fields costs seven times what one
+column would. `StepCodec` packs all fields of a step, whatever their dtypes,
+into one `uint8[bytes_per_step]` row (each field's bytes in `tree.flatten`
+order, native byte order), and decodes a batch of such rows back into the
+spec's dtypes and shapes inside `tf.data` with `tf.bitcast`.
+
+The codec is pure: it needs no server, and the same spec always gives the
+same layout (recorded in a manifest as `describe()`).
+"""
+
+import sys
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tree
+
+from smart_replay.spec import specs
+
+# The only dtypes whose bytes have one meaning: numbers and booleans.
+_PACKABLE_KINDS = 'biuf'
+
+
+class FieldSlot(NamedTuple):
+  """Where one field of the spec lives in a packed row.
+
+  Attributes:
+    path: the field's path in the spec, e.g. 'observation/temperature'.
+    dtype: the field's numpy dtype.
+    shape: the field's shape (static; packing needs it).
+    offset: the first byte of the field in the row.
+    nbytes: the field's bytes in the row.
+  """
+  path: str
+  dtype: np.dtype
+  shape: tuple
+  offset: int
+  nbytes: int
+
+
+class StepCodec:
+  """Packs the fields of a step into one byte row, and decodes rows back.
+
+  Args:
+    data_spec: the spec of one step (a nest of `tf.TensorSpec`); every field
+      needs a fully known shape and a numeric or boolean dtype.
+
+  Raises:
+    ValueError: naming the first field whose shape is not fully known or
+      whose dtype (e.g. string) has no fixed byte form.
+  """
+
+  def __init__(self, data_spec: Any):
+    self._spec = data_spec
+    slots, offset = [], 0
+    for leaf in specs.flatten_spec(data_spec):
+      dtype = np.dtype(tf.as_dtype(leaf.dtype).as_numpy_dtype)
+      if dtype.kind not in _PACKABLE_KINDS:
+        raise ValueError(
+            f'field {leaf.path!r} has dtype {leaf.dtype}, which has no fixed '
+            'byte form; a packed layout needs numeric or boolean fields '
+            "(use layout='columns' for this spec).")
+      if any(d is None for d in leaf.shape):
+        raise ValueError(
+            f'field {leaf.path!r} has shape {list(leaf.shape)} with an unknown '
+            "dimension; a packed layout needs fully known shapes (use "
+            "layout='columns' for this spec).")
+      nbytes = int(np.prod(leaf.shape, dtype=np.int64)) * dtype.itemsize
+      slots.append(FieldSlot(leaf.path, dtype, tuple(leaf.shape), offset,
+                             nbytes))
+      offset += nbytes
+    self._slots = slots
+    self._bytes_per_step = offset
+    self._dtypes = tuple(s.dtype for s in slots)
+    self._first_rank = len(slots[0].shape) if slots else 0
+
+  @property
+  def bytes_per_step(self) -> int:
+    """The length of one packed row."""
+    return self._bytes_per_step
+
+  @property
+  def slots(self) -> List[FieldSlot]:
+    """Every field's place in the row, in `tree.flatten` order."""
+    return list(self._slots)
+
+  def describe(self) -> Dict[str, Any]:
+    """The layout as a manifest records it.
+
+    Returns:
+      `{'bytes_per_step', 'byte_order', 'fields': [{'path', 'dtype',
+      'shape', 'offset', 'nbytes'}, ...]}`.
+    """
+    return {'bytes_per_step': self._bytes_per_step,
+            'byte_order': sys.byteorder,
+            'fields': [{'path': s.path, 'dtype': s.dtype.name,
+                        'shape': list(s.shape), 'offset': s.offset,
+                        'nbytes': s.nbytes} for s in self._slots]}
+
+  def pack(self, flat_step: Sequence[np.ndarray]) -> np.ndarray:
+    """Packs one step (its fields in `tree.flatten` order) into a byte row.
+
+    The fields must have the spec's dtypes and shapes (the observer's
+    validation ensures it); a batch of steps (the same leading batch
+    dimensions on every field) packs into one row per step.
+
+    Args:
+      flat_step: the step's fields as numpy arrays, `tree.flatten` order.
+
+    Returns:
+      `uint8[bytes_per_step]`, or `uint8[*batch, bytes_per_step]`.
+
+    Raises:
+      ValueError: if a field's dtype or size differs from the layout (names
+        the first such field).
+    """
+    if len(flat_step) != len(self._slots):
+      raise ValueError(f'pack: {len(flat_step)} fields, the spec has '
+                       f'{len(self._slots)}.')
+    if tuple(v.dtype for v in flat_step) != self._dtypes:
+      self._refuse(flat_step)
+    lead = flat_step[0].shape[:flat_step[0].ndim - self._first_rank]
+    if lead:
+      row = np.concatenate([np.ascontiguousarray(v).reshape(lead + (-1,))
+                            .view(np.uint8) for v in flat_step], axis=-1)
+    else:
+      row = np.concatenate([v.reshape(-1).view(np.uint8) for v in flat_step])
+    if row.shape[-1] != self._bytes_per_step:
+      self._refuse(flat_step)
+    return row
+
+  def _refuse(self, flat_step: Sequence[np.ndarray]) -> None:
+    """Raises a ValueError naming the first field that does not fit."""
+    first = flat_step[0]
+    lead = first.shape[:first.ndim - self._first_rank]
+    for slot, value in zip(self._slots, flat_step):
+      if value.dtype != slot.dtype or value.shape != lead + slot.shape:
+        raise ValueError(
+            f'pack: field {slot.path!r} is {value.dtype}{list(value.shape)}, '
+            f'the layout holds {slot.dtype.name}{list(slot.shape)} per step '
+            f'(batch shape {list(lead)}).')
+    raise ValueError(f'pack: the fields do not make a row of '
+                     f'{self._bytes_per_step} bytes.')
+
+  def unpack(self, rows: np.ndarray) -> Any:
+    """Decodes packed rows with numpy (for readers outside `tf.data`).
+
+    Args:
+      rows: `uint8[..., bytes_per_step]`.
+
+    Returns:
+      A nest like the spec of arrays `[..., *field shape]`.
+    """
+    rows = np.ascontiguousarray(rows, np.uint8)
+    lead = rows.shape[:-1]
+    fields = [np.ascontiguousarray(rows[..., s.offset:s.offset + s.nbytes])
+              .view(s.dtype).reshape(lead + s.shape) for s in self._slots]
+    return tree.unflatten_as(self._spec, fields)
+
+  def decode(self, rows: tf.Tensor) -> Any:
+    """Decodes packed rows inside TensorFlow (e.g. in `Dataset.map`).
+
+    Args:
+      rows: a `uint8` tensor `[..., bytes_per_step]` with a known rank.
+
+    Returns:
+      A nest like the spec of tensors `[..., *field shape]` with the spec's
+      dtypes.
+    """
+    # Known leading dimensions stay static (a Learner's batch size).
+    lead = (rows.shape[:-1].as_list() if rows.shape[:-1].is_fully_defined()
+            else tf.shape(rows)[:-1])
+    fields = []
+    for slot in self._slots:
+      raw = rows[..., slot.offset:slot.offset + slot.nbytes]
+      size = slot.dtype.itemsize
+      dtype = tf.as_dtype(slot.dtype)
+      if dtype == tf.bool:
+        value = tf.cast(raw, tf.bool)
+      elif size == 1:
+        value = raw if dtype == tf.uint8 else tf.bitcast(raw, dtype)
+      else:
+        grouped = tf.reshape(raw, _shape(lead, (slot.nbytes // size, size)))
+        value = tf.bitcast(grouped, dtype)
+      fields.append(tf.reshape(value, _shape(lead, slot.shape)))
+    return tree.unflatten_as(self._spec, fields)
+
+
+def _shape(lead: Any, tail: Sequence[int]) -> Any:
+  """`lead + tail` as a static list, or a shape tensor if `lead` is one."""
+  if isinstance(lead, list):
+    return lead + list(tail)
+  return tf.concat([lead, tf.constant(list(tail), tf.int32)], 0)
+
+
+LAYOUTS = ('columns', 'packed')
+
+
+class Layout:
+  """How the fields of a step become the columns Reverb stores, and back.
+
+  Attributes:
+    name: 'columns' (one Reverb column per field) or 'packed' (one `uint8`
+      column per step, see `StepCodec`).
+    data_spec: the spec of one step, as the observer receives and the
+      Learner gets it.
+    step_spec: what Reverb stores per step: `data_spec` itself, or one
+      `uint8[bytes_per_step]` tensor.
+    num_columns: Reverb columns per step.
+    lookback: cells an item references before its first step (0 here; see
+      `layouts.FrameStackedLayout`).
+    stacked_field, cells: None here (a frame-stacked layout's stacked
+      field and `frames.Cells`).
+  """
+
+  def __init__(self, name: str, data_spec: Any):
+    if name not in LAYOUTS:
+      raise ValueError(f'layout must be one of {LAYOUTS}, got {name!r}.')
+    self.name = name
+    self.data_spec = data_spec
+    self._codec = StepCodec(data_spec) if name == 'packed' else None
+    if self._codec is None:
+      self.step_spec = data_spec
+      self.num_columns = len(tree.flatten(data_spec))
+    else:
+      self.step_spec = tf.TensorSpec([self._codec.bytes_per_step], tf.uint8,
+                                     name='packed')
+      self.num_columns = 1
+    self.lookback = 0  # Cells an item references before its first step.
+    self.stacked_field = self.cells = None  # No frame stack (`layouts`).
+
+  def describe(self) -> Dict[str, Any]:
+    """`{'name', ...}`: the layout as a manifest records it (with the byte
+    layout of every field when packed)."""
+    if self._codec is None:
+      return {'name': self.name}
+    return {'name': self.name, **self._codec.describe()}
+
+  def columns(self, flat_step: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """The Reverb columns of a step (or of a batch of steps).
+
+    Args:
+      flat_step: the step's fields in `tree.flatten` order, validated.
+
+    Returns:
+      One array per Reverb column, with the fields' leading batch shape.
+    """
+    if self._codec is None:
+      return list(flat_step)
+    return [self._codec.pack(flat_step)]
+
+  def decode(self, stored: Any) -> Any:
+    """Stored columns back to the data spec, inside TensorFlow.
+
+    Args:
+      stored: a sample's data as Reverb returns it (leading batch and time
+        dimensions allowed).
+
+    Returns:
+      A nest like `data_spec` with the same leading dimensions.
+    """
+    return stored if self._codec is None else self._codec.decode(stored)
+
+  def unpack(self, stored: Any) -> Any:
+    """Stored columns back to the data spec, with numpy.
+
+    Args:
+      stored: a nest like `step_spec` of numpy arrays.
+
+    Returns:
+      A nest like `data_spec` of numpy arrays.
+    """
+    return stored if self._codec is None else self._codec.unpack(stored)
+
+
+DEFAULT_LAYOUT = 'packed'
+
+
+def default_layout(data_spec: Any) -> str:
+  """The layout a new buffer of `data_spec` gets when none is asked for.
+
+  'packed' when every field packs (numbers and booleans of known shape),
+  else 'columns'; the reason is logged, so the choice is never silent.
+
+  Args:
+    data_spec: the spec of one step.
+
+  Returns:
+    'packed' or 'columns'.
+  """
+  try:
+    StepCodec(data_spec)
+  except ValueError as e:
+    logging.info("New buffers of this spec use layout='columns': %s", e)
+    return 'columns'
+  return DEFAULT_LAYOUT
+
+
+def stored_layout(stored: Mapping[str, Any]) -> Dict[str, Any]:
+  """The layout a manifest (or a served config) records.
+
+  Args:
+    stored: a manifest or `record.build_config` dict.
+
+  Returns:
+    Its `Layout.describe()`; `{'name': 'columns'}` for configs written before
+    layouts were recorded (every field was its own column then).
+  """
+  return stored.get('layout', {'name': 'columns'})
+
+
+def stored_name(stored: Mapping[str, Any]) -> str:
+  """The layout name a manifest (or a served config) records.
+
+  Args:
+    stored: a manifest or `record.build_config` dict.
+
+  Returns:
+    Its layout's name; 'columns' for configs written before layouts were
+    recorded (every field was its own column then).
+  """
+  return stored_layout(stored)['name']

@@ -1,0 +1,1 @@
+"""Helpers every layer may use: argument checks and progress log lines."""

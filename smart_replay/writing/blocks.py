@@ -1,0 +1,320 @@
+"""Packed items: blocks of consecutive packed steps, one Reverb item each.
+
+A table with `TableConfig.block_length = K` and `sequence_length = L` stores
+each environment's stream as blocks of up to K packed rows (see
+`packing.StepCodec`), each written as ONE Reverb step of `uint8[K, bytes]` and
+one item: Reverb's fixed cost is paid once per block instead of once per
+window. A new block starts every `S = K - L + 1` steps, its first L - 1 rows
+repeating the end of the previous one, so every window of L steps lies in
+exactly one block. A block's priority is the number of windows it holds (S,
+fewer in the last block of an episode, whose missing rows are zeros), and
+the table samples blocks in proportion to it (prioritized, exponent 1): the
+sampled window, cut uniformly from its block, is uniform over all stored
+windows (`cut_windows`).
+
+With a frame-stacked layout (`layouts.FrameStackedLayout`) a block is ONE
+blob of its cells instead (`frames.encode_block`: its first cell a whole
+stack, then each step's new frames), compressed together, so zlib sees
+across the block's frames; `cut_blob_windows` rebuilds the sampled windows.
+The builders then hold rows of the packed row followed by the stack's
+frames.
+
+A block is written once it is full, at the end of an episode (unless the
+table crosses episodes) and on `flush()` (so a checkpoint holds every window
+written; the next block then repeats the last L - 1 rows).
+"""
+
+import dataclasses
+from typing import Any, Callable, List, Sequence, Tuple
+
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from smart_replay.config import reverb_tables
+from smart_replay.spec import specs
+from smart_replay.writing import planner as planner_lib
+from smart_replay.writing import settings as settings_lib
+from smart_replay.writing import writer as writer_lib
+
+Block = Tuple[np.ndarray, int]  # (rows [K, bytes], windows it holds)
+
+
+class BlockBuilder:
+  """The open block of one table for one environment's stream (pure numpy).
+
+  Args:
+    config: the table's resolved `TableConfig` (with `block_length`).
+    bytes_per_step: the length of a packed row.
+  """
+
+  def __init__(self, config: Any, bytes_per_step: int):
+    self.table = config.name
+    self._length = config.sequence_length
+    self._cross = config.cross_episodes
+    self._rows = np.zeros([config.block_length, bytes_per_step], np.uint8)
+    self._count = 0  # Rows in the open block.
+
+  def add(self, row: np.ndarray, step_type: int) -> List[Block]:
+    """Adds one packed step; returns the blocks it completes.
+
+    Args:
+      row: the step's packed row.
+      step_type: its step type (FIRST ends the episode before it, LAST after
+        it, unless the table crosses episodes).
+
+    Returns:
+      `(rows, windows)` of each completed block (a copy), oldest first.
+    """
+    done = []
+    if step_type == planner_lib.FIRST and not self._cross and self._count:
+      done += self._cut(keep=False)
+    self._rows[self._count] = row
+    self._count += 1
+    if self._count == len(self._rows):
+      done += self._cut(keep=True)
+    if step_type == planner_lib.LAST and not self._cross:
+      done += self._cut(keep=False)
+    return done
+
+  def end_episode(self) -> List[Block]:
+    """Ends the stream's episode: the open block is complete (unless the
+    table crosses episodes)."""
+    return [] if self._cross else self._cut(keep=False)
+
+  def flush(self) -> List[Block]:
+    """Completes the open block, so every window written is stored; the next
+    block repeats the last `sequence_length - 1` rows."""
+    return self._cut(keep=True)
+
+  def reset(self) -> None:
+    """Forgets the open block (the stream starts over)."""
+    self._count = 0
+
+  def _cut(self, *, keep: bool) -> List[Block]:
+    count, overlap = self._count, self._length - 1
+    windows = count - overlap
+    if windows <= 0:  # No whole window (yet): nothing to store.
+      if not keep:
+        self._count = 0
+      return []
+    block = self._rows.copy()
+    block[count:] = 0
+    if keep:  # The rows the next window needs.
+      self._rows[:overlap] = self._rows[count - overlap:count]
+      self._count = overlap
+    else:
+      self._count = 0
+    return [(block, windows)]
+
+
+class BlockWriter:
+  """Writes the blocks of every table of packed items, for every stream.
+
+  One Reverb writer serves all streams: each block is one step and one item
+  of its own, so blocks of different streams never mix.
+
+  Args:
+    tables: the resolved configs of the tables of packed items.
+    settings: the observer's `WriterSettings` (client, timeouts, counters);
+      its chunking and signatures are replaced by the blocks' own.
+    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`,
+      or a `tf.string` blob of a frame-stacked layout).
+    num_streams: environments per observer call (1 when unbatched).
+    cells: a frame-stacked layout's `frames.Cells` (each block is then
+      one blob of its cells), or None.
+  """
+
+  def __init__(self, tables: Sequence[Any], *,
+               settings: settings_lib.WriterSettings, step_spec: Any,
+               num_streams: int, cells: Any = None):
+    self._counters = settings.counters
+    self._out = writer_lib.StreamWriter(dataclasses.replace(
+        settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
+        num_columns=1, cells=None, signatures={
+            t.name: specs.describe_signature(reverb_tables.signature(
+                t, step_spec)) for t in tables}))
+    self._cells = cells
+    bytes_per_step = (step_spec.shape[0] if cells is None else
+                      cells.row_bytes + cells.stack_bytes)
+    self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
+                     for _ in range(num_streams)]
+    self._out.on_restart = self.reset
+    self._tables = [t.name for t in tables]  # The order of each stream's.
+    self._lengths = {t.name: t.sequence_length for t in tables}
+
+  def add(self, parts: Sequence[np.ndarray], step_types: Any, *,
+          batched: bool) -> None:
+    """Adds one step of every stream; writes the blocks it completes.
+
+    Args:
+      parts: the layout's columns of the step: packed rows, `[bytes]` or
+        `[num_streams, bytes]` (and the stacks' frames, `[(num_streams,)
+        depth, *frame]`, with a frame stack).
+      step_types: the step type(s), a scalar or `[num_streams]`.
+      batched: whether `rows` has the streams' dimension.
+
+    Raises:
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `writer.StreamWriter`.
+    """
+    rows = parts[0]
+    if self._cells is not None:  # Each row: the packed row, then frames.
+      lead = rows.shape[:-1]
+      rows = np.concatenate([rows, parts[1].reshape(lead + (-1,)).view(
+          np.uint8)], axis=-1)
+    if not batched:
+      self._write(b.add(rows, int(step_types)) for b in self._streams[0])
+      return
+    for index, builders in enumerate(self._streams):
+      self._write(b.add(rows[index], int(step_types[index])) for b in builders)
+
+  def end_episode(self) -> None:
+    """Completes every stream's open blocks of tables that do not cross
+    episodes."""
+    for builders in self._streams:
+      self._write(b.end_episode() for b in builders)
+
+  def flush(self) -> None:
+    """Completes the open blocks and waits until every block is stored.
+
+    Raises:
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `writer.StreamWriter`.
+    """
+    for builders in self._streams:
+      self._write(b.flush() for b in builders)
+    self._out.flush()
+
+  def reset(self) -> None:
+    """Forgets every open block (the writer started over)."""
+    for builders in self._streams:
+      for builder in builders:
+        builder.reset()
+
+  def close(self) -> None:
+    """Closes the Reverb writer at once (call `flush()` first)."""
+    self._out.close()
+
+  def _write(self, per_table: Any) -> None:
+    for table, blocks in zip(self._tables, per_table):
+      for rows, windows in blocks:
+        if self._cells is None:
+          self._out.append([rows])
+        else:  # One blob: the rows and the frames new in each step.
+          self._out.append([self._cells.block(
+              rows, windows + self._lengths[table] - 1)])
+        self._out.defer(table, float(windows), 1)
+        self._out.end_chunk()
+        self._counters.items[table] += 1
+
+
+def _starts(count: tf.Tensor, windows_per_item: int) -> tf.Tensor:
+  """`windows_per_item` window starts uniform in `[0, count)` per block.
+
+  Args:
+    count: int64 windows of each block, any shape (its priority).
+    windows_per_item: starts per block.
+
+  Returns:
+    int32 `[*count.shape, windows_per_item]`: 62 random bits modulo count
+    (bias < 2**-56).
+  """
+  bits = tf.random.uniform(tf.concat([tf.shape(count), [windows_per_item]], 0),
+                           maxval=2**62, dtype=tf.int64)
+  return tf.cast(bits % count[..., None], tf.int32)
+
+
+def _window_info(info: Any) -> Any:
+  """A block's sample info as its windows': the probability of one window
+  (the block's over the windows it holds, its priority)."""
+  return info._replace(probability=info.probability /
+                       tf.cast(info.priority, tf.float64))
+
+
+def cut_windows(length: int, windows_per_item: int, batch_size: int
+                ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
+  """A `tf.data` map from a batch of sampled blocks to a batch of windows.
+
+  Each block gives `windows_per_item` windows, each starting uniformly at
+  random among the block's windows (its priority), independently; a
+  window's probability is its block's divided by that count, which is the
+  same for every stored window. The work is one gather per batch, so
+  sampling costs about what sampling whole blocks costs.
+
+  Args:
+    length: steps per window (the table's `sequence_length`).
+    windows_per_item: windows cut from each block.
+    batch_size: windows per output batch (the input holds
+      `ceil(batch_size / windows_per_item)` blocks; extra windows are
+      dropped).
+
+  Returns:
+    `fn(sample) -> sample`: data `[blocks, 1, block_length, bytes]` to
+    `[batch_size, length, bytes]`, info `[blocks]` to `[batch_size]`.
+  """
+  def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
+    blocks = sample.data[:, 0]  # [blocks, block_length, bytes]
+    starts = _starts(tf.cast(sample.info.priority, tf.int64), windows_per_item)
+    steps = starts[..., None] + tf.range(length)  # [blocks, windows, length]
+    windows = tf.gather(blocks, steps, batch_dims=1)
+    rows = -1 if blocks.shape[0] is None else blocks.shape[0] * (
+        windows_per_item)  # Static when whole batches of blocks are taken.
+    data = tf.reshape(windows, [rows, length, blocks.shape[-1]])[:batch_size]
+    info = _window_info(sample.info)
+    return reverb.ReplaySample(
+        info=tf.nest.map_structure(
+            lambda t: tf.repeat(t, windows_per_item)[:batch_size], info),
+        data=data)
+  return cut
+
+
+def cut_blob_windows(length: int, windows_per_item: int, block_length: int,
+                     cut_block: Callable[..., Any]
+                     ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
+  """A `tf.data` map from one sampled block blob to its windows.
+
+  For blocks of a frame-stacked layout (one blob each): the windows are
+  uniform among the block's, as in `cut_windows`; map before batching, then
+  `unbatch()`.
+
+  Args:
+    length: steps per window.
+    windows_per_item: windows cut from each block.
+    block_length: cells per block.
+    cut_block: the layout's `cut_block(blob, block_length, starts, length)`.
+
+  Returns:
+    `fn(sample) -> sample`: data `[1]` (a blob) to `(rows, stacks)` of
+    `[windows_per_item, length, ...]`, info to `[windows_per_item]`.
+  """
+  def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
+    starts = _starts(tf.cast(sample.info.priority, tf.int64),
+                     windows_per_item)
+    data = cut_block(sample.data[0], block_length, starts, length)
+    return reverb.ReplaySample(
+        info=tf.nest.map_structure(lambda t: tf.fill([windows_per_item], t),
+                                   _window_info(sample.info)), data=data)
+  return cut
+
+
+def window_items(items: Sequence[Any], length: int) -> List[Any]:
+  """Every window of every stored block, as items of their own.
+
+  Args:
+    items: `CheckpointReader` items of a table of packed items, decoded
+      (each field `[1, block_length, ...]`; the priority is the block's
+      window count).
+    length: steps per window.
+
+  Returns:
+    One item per window, in block order, with fields `[length, ...]` and
+    the key, priority and times sampled of its block (`steps` empty).
+  """
+  windows = []
+  for item in items:
+    for start in range(int(round(item.priority))):
+      windows.append(item._replace(
+          columns=[c[0, start:start + length] for c in item.columns],
+          steps=[]))
+  return windows

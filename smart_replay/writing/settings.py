@@ -1,0 +1,54 @@
+"""What every stream of one observer shares: `WriterSettings`."""
+
+import dataclasses
+from typing import Callable, Dict, List, Optional
+
+import reverb
+
+from smart_replay.spec import frames as frames_lib
+from smart_replay.writing import confirmations as confirmations_lib
+from smart_replay.writing import counters as counters_lib
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WriterSettings:
+  """What every stream of one observer shares.
+
+  Attributes:
+    client: the `reverb.Client` of the server.
+    chunk_length: steps per chunk of every column.
+    keep_alive: steps whose cell references a stream keeps.
+    timeout_ms: the bound of one wait on the server.
+    reconnect_timeout_s: how long a wait goes on while the server does not
+      answer.
+    clear_at_episode_end: whether an episode end drops the cached steps (no
+      table crosses episodes).
+    signatures: `specs.describe_signature` of every table's signature, to
+      check a server that came back.
+    counters: where lost steps and items and reconnects are counted.
+    confirmations: where confirmations are recorded.
+    on_reconnect: called with no argument after the server came back while
+      a write waited, or None.
+    num_columns: fields of a step.
+    cells: a frame-stacked layout's `frames.Cells`: each step is then
+      `[row, frames]`, written as one cell with the frames new in it, and
+      items reference `cells.lookback` cells before their first step; None
+      for other layouts.
+  """
+  client: reverb.Client
+  chunk_length: int
+  keep_alive: int
+  timeout_ms: int
+  reconnect_timeout_s: float
+  clear_at_episode_end: bool
+  signatures: Dict[str, Optional[List[str]]]
+  counters: counters_lib.Counters
+  confirmations: confirmations_lib.ConfirmationLog
+  on_reconnect: Optional[Callable[[], None]]
+  num_columns: int
+  cells: Optional[frames_lib.Cells] = None
+
+  @property
+  def table_names(self) -> List[str]:
+    """The tables written."""
+    return list(self.signatures)

@@ -1,0 +1,397 @@
+"""Frame stacks stored once: every stored window is what TF-Agents stores."""
+
+import collections
+import os
+import subprocess
+import sys
+import time
+import types
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tree
+from tf_agents.replay_buffers import reverb_utils
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+from smart_replay import FrameStack, ReplayBufferManager, TableConfig
+from smart_replay.spec import frames
+from smart_replay.spec import layouts
+from smart_replay.spec import specs
+from smart_replay.storage import reader as reader_lib
+from smart_replay.tools import export
+from smart_replay.tools import inspection
+from tests import testing
+from tests.smart_replay.remote import remote_workers
+
+
+def _spec(shape):
+  return trajectory_lib.Trajectory(
+      step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      observation=tensor_spec.BoundedTensorSpec(shape, tf.uint8, 0, 255,
+                                                'observation'),
+      action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5, 'action'),
+      policy_info=(),
+      next_step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      reward=tf.TensorSpec([], tf.float32, 'reward'),
+      discount=tensor_spec.BoundedTensorSpec([], tf.float32, 0.0, 1.0,
+                                             'discount'))
+
+
+def _step(step_type, observation, action, next_step_type, reward=0.0,
+          discount=1.0):
+  return trajectory_lib.Trajectory(
+      step_type=np.int32(step_type), observation=observation,
+      action=np.int64(action), policy_info=(),
+      next_step_type=np.int32(next_step_type), reward=np.float32(reward),
+      discount=np.float32(discount))
+
+
+def _pong(steps, *, axis, padding, episode_steps=90, seed=0):
+  """Real ALE Pong frames as a TF-Agents driver writes them: FIRST/MID
+  steps, the last transition, then the boundary step; episodes cut every
+  `episode_steps` (random policy, sticky actions)."""
+  gym.register_envs(ale_py)
+  env = gym.make('ALE/Pong-v5', frameskip=1, repeat_action_probability=0.25)
+  env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84)
+  env = gym.wrappers.FrameStackObservation(env, 4, padding_type=padding)
+  rng = np.random.default_rng(seed)
+  shape = (lambda o: o) if axis == 0 else (lambda o: np.moveaxis(o, 0, -1))
+  observation, _ = env.reset(seed=seed)
+  current, count, made = 0, 0, []
+  while len(made) < steps:
+    action = int(rng.integers(6))
+    if current == 2:  # The boundary step, then a new episode.
+      made.append(_step(2, shape(np.asarray(observation)), action, 0))
+      observation, _ = env.reset()
+      current, count = 0, 0
+      continue
+    following, reward, terminated, truncated, _ = env.step(action)
+    count += 1
+    last = terminated or truncated or count == episode_steps
+    made.append(_step(current, shape(np.asarray(observation)), action,
+                      2 if last else 1, reward, 0.0 if terminated else 1.0))
+    observation, current = following, 2 if last else 1
+  env.close()
+  return made
+
+
+def _stock_windows(spec, stream, length):
+  """Every window TF-Agents' ReverbAddTrajectoryObserver stores."""
+  table = reverb.Table('stock', max_size=10**6,
+                       sampler=reverb.selectors.Fifo(),
+                       remover=reverb.selectors.Fifo(), max_times_sampled=1,
+                       rate_limiter=reverb.rate_limiters.MinSize(1))
+  server = reverb.Server([table])
+  client = reverb.Client(f'localhost:{server.port}')
+  try:
+    observer = reverb_utils.ReverbAddTrajectoryObserver(
+        client, 'stock', sequence_length=length, stride_length=1)
+    for step in stream:
+      observer(step)
+    observer.close()
+    dataset = reverb.TrajectoryDataset(
+        client.server_address, 'stock',
+        tf.nest.map_structure(lambda s: s.dtype, spec),
+        tf.nest.map_structure(lambda s: tf.TensorShape([length] + s.shape),
+                              spec),
+        max_in_flight_samples_per_worker=8, num_workers_per_iterator=1,
+        rate_limiter_timeout_ms=1000)
+    return collections.Counter(testing.item_fingerprint(
+        tree.map_structure(lambda t: t.numpy(), sample.data))
+                               for sample in dataset)
+  finally:
+    server.stop()
+
+
+def _our_windows(manager, table):
+  items, _ = testing.read_all_items(manager, table, timeout_s=1.0)
+  return collections.Counter(items)
+
+
+@pytest.mark.parametrize('axis, padding', [(0, 'reset'), (-1, 'zero')])
+def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding):
+  stream = _pong(400, axis=axis, padding=padding)
+  spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
+  expected = _stock_windows(spec, stream, 2)
+  assert sum(expected.values()) > 380
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=2, frame_stack=FrameStack('observation', axis),
+      table_configs=[TableConfig(sampler='fifo', max_times_sampled=1)])
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    assert _our_windows(manager, 'experience') == expected
+  finally:
+    manager.close()
+
+
+def _synthetic(steps, *, depth=3, seed=0):
+  """Stacked 6x5 frames on the first axis, episodes of 2-14 steps; a few
+  stacks that do not continue the previous one (stored whole)."""
+  rng = np.random.default_rng(seed)
+  made, current, stack = [], 0, None
+  while len(made) < steps:
+    if current == 0 or rng.random() < 0.05:  # A reset, or a jump.
+      stack = rng.integers(0, 255, (depth, 6, 5), np.uint8)
+    else:
+      stack = np.concatenate([stack[1:], rng.integers(0, 255, (1, 6, 5),
+                                                      np.uint8)])
+    following = 2 if current and rng.random() < 0.15 else 1
+    if current == 2:
+      following = 0
+    made.append(_step(current, stack.copy(), rng.integers(6), following))
+    current = following
+  return made
+
+
+def _expected_windows(stream, length=3):
+  """Every window of `length` steps inside one episode of `stream`."""
+  expected, episode = collections.Counter(), []
+  for step in stream:
+    if step.step_type == 0:
+      episode = []
+    episode.append(step)
+    if len(episode) >= length:
+      expected[testing.item_fingerprint(tree.map_structure(
+          lambda *x: np.stack(x), *episode[-length:]))] += 1
+  return expected
+
+
+_TABLES = [
+    TableConfig(name='windows', sampler='fifo', max_times_sampled=1),
+    TableConfig(name='strided', stride_length=2, sampler='fifo',
+                max_times_sampled=1),
+    TableConfig(name='episodes', kind='episode', episode_length=16,
+                sampler='fifo', max_times_sampled=1),
+    TableConfig(name='crossing', cross_episodes=True, sampler='fifo',
+                max_times_sampled=1),
+    TableConfig(name='prioritized', sampler='prioritized',
+                max_times_sampled=1),
+]
+
+
+def _windows(tmp_path, name, stream, frame_stack, num_envs=None):
+  manager = ReplayBufferManager(
+      _spec([3, 6, 5]), capacity=10_000,
+      checkpoint_dir=str(tmp_path / name), sequence_length=3,
+      frame_stack=frame_stack, table_configs=_TABLES, num_envs=num_envs)
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    return {t.name: _our_windows(manager, t.name) for t in _TABLES}
+  finally:
+    manager.close()
+
+
+@pytest.mark.parametrize('num_envs', [None, 2])
+def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
+                                                             num_envs):
+  stream = _synthetic(300)
+  if num_envs:  # Two environments: the stream and a shifted copy of it.
+    other = _synthetic(300, seed=1)
+    stream = [tree.map_structure(lambda *x: np.stack(x), a, b)
+              for a, b in zip(stream, other)]
+  plain = _windows(tmp_path, 'plain', stream, None, num_envs)
+  stacked = _windows(tmp_path, 'stacked', stream, FrameStack('observation', 0),
+                     num_envs)
+  for name, found in plain.items():
+    assert sum(found.values()) > 20, name
+  assert stacked == plain
+
+
+def test_blocks_sample_only_stored_windows(tmp_path):
+  stream = _synthetic(400)
+  spec = _spec([3, 6, 5])
+  valid = _expected_windows(stream)
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0),
+      table_configs=[TableConfig(block_length=8)])
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    iterator = iter(manager.get_dataset(batch_size=32))
+    seen = collections.Counter()
+    for _ in range(40):
+      trajectory, _ = next(iterator)
+      for b in range(32):
+        seen[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    assert set(seen) <= set(valid)
+    assert len(seen) > 0.8 * len(valid)  # 1,280 draws of ~330 windows.
+  finally:
+    manager.close()
+
+
+def test_checkpoint_records_the_frame_stack_and_restores(tmp_path):
+  stream = _synthetic(200)
+  spec = _spec([3, 6, 5])
+  option = FrameStack('observation', 0)
+  tables = [TableConfig(sampler='fifo', max_times_sampled=1)]
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=option, table_configs=tables)
+  _, observer = manager.create_replay_buffer()
+  for step in stream:
+    observer(step)
+  observer.flush()
+  path = manager.checkpoint()
+  manager.close()
+  stored = [item.columns for item in reader_lib.CheckpointReader(path).items()]
+  fresh = ReplayBufferManager.from_checkpoint(str(tmp_path / 'b'))
+  try:
+    fresh.load_replay_buffer()
+    assert fresh.buffer_config['layout']['frame_stack'] == option.describe()
+    found = _our_windows(fresh, 'experience')
+  finally:
+    fresh.close()
+  read = collections.Counter(testing.item_fingerprint(c) for c in stored)
+  assert sum(found.values()) > 150
+  assert found == read  # The reader rebuilds what the dataset samples.
+  # Loading it as a buffer without the frame stack is refused.
+  with pytest.raises(Exception, match='frame_stack'):
+    ReplayBufferManager(spec, capacity=10_000,
+                        checkpoint_dir=str(tmp_path / 'b'), sequence_length=3,
+                        layout='packed', table_configs=tables
+                        ).load_replay_buffer()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize('option, message', [
+    (FrameStack('pixels'), "FrameStack.field='pixels' is not a field"),
+    (FrameStack('reward'), 'needs a uint8 field'),
+    (FrameStack('observation', 1), 'must be the first'),
+])
+def test_bad_frame_stacks_are_named(option, message):
+  with pytest.raises(ValueError, match=message):
+    layouts.make_layout('packed', _spec([3, 6, 5]), option)
+
+
+@pytest.mark.unit
+def test_frame_stack_needs_the_packed_layout(tmp_path):
+  with pytest.raises(ValueError, match="needs layout='packed'"):
+    ReplayBufferManager(_spec([3, 6, 5]), capacity=10,
+                        checkpoint_dir=str(tmp_path / 'b'), layout='columns',
+                        frame_stack=FrameStack('observation', 0))
+
+
+def test_epoch_export_and_inspect_read_whole_stacks(tmp_path):
+  stream = _synthetic(200)
+  spec = _spec([3, 6, 5])
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0))
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    windows = collections.Counter()
+    for trajectory, _ in manager.epoch(16, seed=0):
+      for b in range(len(trajectory.step_type)):
+        windows[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b], trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    manager.checkpoint()
+  finally:
+    manager.close()
+  expected = _expected_windows(stream)
+  assert windows == expected
+  result = export.export_npz(str(tmp_path / 'b'), str(tmp_path / 'out.npz'))
+  with np.load(str(tmp_path / 'out.npz')) as data:
+    observations = data['observation']
+    following = data['next_observation']
+  assert result.steps == len(observations) > 150
+  stored = {s.observation.tobytes() for s in stream}
+  assert all(o.tobytes() in stored for o in observations)
+  pairs = {(a.observation.tobytes(), b.observation.tobytes())
+           for a, b in zip(stream, stream[1:]) if a.step_type != 2}
+  assert all((a.tobytes(), b.tobytes()) in pairs
+             for a, b in zip(observations, following))
+  described = inspection.describe_checkpoints(str(tmp_path / 'b'))
+  assert described['frame_stack'] == {'field': 'observation', 'axis': 0}
+  assert 'frame_stack=(observation, axis 0' in inspection.format_text(
+      described)
+
+
+def test_mixing_a_starter_is_refused_with_a_frame_stack(tmp_path):
+  manager = ReplayBufferManager(
+      _spec([3, 6, 5]), capacity=100, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, frame_stack=FrameStack('observation', 0))
+  try:
+    manager.create_replay_buffer()
+    with pytest.raises(Exception, match='frame_stack'):
+      manager.get_dataset(batch_size=4, starter_fraction=0.5)
+  finally:
+    manager.close()
+
+
+def test_a_standalone_server_serves_the_frame_stack(tmp_path):
+  spec = _spec([3, 6, 5])
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, spec)
+  port = remote_workers.free_port_pair()
+  log_path = tmp_path / 'serve.log'
+  with open(log_path, 'w') as log:
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'smart_replay_scripts.serve',
+         f'--spec_file={spec_file}', f'--checkpoint_dir={tmp_path / "b"}',
+         f'--port={port}', '--gin_bindings=ReplayBufferManager.capacity=10000',
+         '--gin_bindings=ReplayBufferManager.sequence_length=3',
+         '--gin_bindings=ReplayBufferManager.frame_stack=@FrameStack()',
+         '--gin_bindings=FrameStack.axis=0',
+         '--gin_bindings=ReplayBufferManager.table_configs=[@TableConfig()]',
+         "--gin_bindings=TableConfig.sampler='fifo'",
+         '--gin_bindings=TableConfig.max_times_sampled=1'],
+        stdout=log, stderr=subprocess.STDOUT, cwd=testing.ROOT)
+  try:
+    deadline = time.monotonic() + 120
+    while 'Serving ' not in log_path.read_text():
+      assert process.poll() is None, log_path.read_text()[-3000:]
+      assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+      time.sleep(0.2)
+    client = ReplayBufferManager(spec, server_address=f'localhost:{port}')
+    try:
+      _, observer = client.connect()
+      assert client.buffer_config['layout']['frame_stack'] == {
+          'field': 'observation', 'axis': 0}
+      stream = _synthetic(120)
+      for step in stream:
+        observer(step)
+      observer.flush()
+      found = _our_windows(client, 'experience')
+    finally:
+      client.close()
+  finally:
+    process.kill()
+    process.wait(60)
+  expected = _expected_windows(stream)
+  assert found == expected
+
+
+def test_the_docs_snippet_runs(tmp_path, monkeypatch):
+  with open(os.path.join(testing.ROOT, 'docs/pixels.md')) as f:
+    section = f.read().split('## Pixel observations', 1)[1]
+  snippet = section.split('```python\n', 1)[1].split('```', 1)[0]
+  monkeypatch.chdir(tmp_path)
+  agent = types.SimpleNamespace(collect_data_spec=_spec([84, 84, 4]))
+  namespace = {'atari_agent': agent}
+  exec(snippet, namespace)  # pylint: disable=exec-used
+  manager = namespace['manager']
+  try:
+    assert manager.buffer_config['layout']['frame_stack'] == {
+        'field': 'observation', 'axis': -1}
+    assert namespace['observer'] is not None
+  finally:
+    manager.close()

@@ -1,0 +1,98 @@
+"""Both layouts store the same items: the same stream, the same windows."""
+
+import collections
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+from tf_agents.environments import batched_py_environment
+from tf_agents.policies import random_py_policy
+
+from smart_replay.config import reverb_tables
+from smart_replay.config import tables
+from smart_replay.sampling import dataset as dataset_lib
+from smart_replay.spec import packing
+from smart_replay.writing import observer as observer_lib
+from tests import testing
+
+
+def _tables():
+  drain = dict(sampler='fifo', max_times_sampled=1)  # Each item once.
+  return [c.resolve(capacity=10_000, sequence_length=3, stride_length=1)
+          for c in (tables.TableConfig(name='windows', **drain),
+                    tables.TableConfig(name='strided', stride_length=2,
+                                       **drain),
+                    tables.TableConfig(name='episodes', kind='episode',
+                                       episode_length=12, **drain))]
+
+
+def _windows(layout_name, data_spec, steps, num_envs=None):
+  """{table: Counter of item fingerprints} written through `layout_name`."""
+  layout = packing.Layout(layout_name, data_spec)
+  configs = _tables()
+  server = reverb.Server([reverb_tables.make_table(c, layout.step_spec)
+                          for c in configs])
+  client = reverb.Client(f'localhost:{server.port}')
+  try:
+    observer = observer_lib.TrajectoryObserver(
+        client, tables=configs, data_spec=data_spec, layout=layout,
+        num_envs=num_envs, timeout_s=10)
+    if num_envs:
+      env = batched_py_environment.BatchedPyEnvironment(
+          [testing.make_env(seed=3 + i) for i in range(num_envs)])
+      policy = random_py_policy.RandomPyPolicy(
+          env.envs[0].time_step_spec(), env.envs[0].action_spec(),
+          info_spec=testing.INFO_SPEC, outer_dims=(num_envs,), seed=3)
+      testing.run_actor(observer, steps, env=env, policy=policy)
+    else:
+      testing.run_actor(observer, steps, seed=3)
+    observer.close()
+    found = {}
+    for config in configs:
+      dataset = dataset_lib.make_dataset(
+          client, table=config.name, data_spec=layout.step_spec,
+          sequence_length=config.item_length, batch_size=1,
+          variable_length=config.kind == 'episode', timeout_s=1.0,
+          num_workers_per_iterator=1, drop_remainder=False,
+          decode=layout.decode)
+      seen = collections.Counter()
+      for (trajectory, info) in _until_timeout(dataset):
+        mask = info.mask.numpy()[0]
+        seen[testing.item_fingerprint(tf.nest.map_structure(
+            lambda t: t.numpy()[0][mask], trajectory))] += 1
+      found[config.name] = seen
+    return found
+  finally:
+    server.stop()
+
+
+def _until_timeout(dataset):
+  iterator = iter(dataset)
+  while True:
+    try:
+      yield next(iterator)
+    except tf.errors.OpError:  # Drained: the sampling timeout fired.
+      return
+
+
+@pytest.mark.parametrize('num_envs', [None, 2])
+def test_packed_layout_stores_the_same_windows(data_spec, num_envs):
+  columns = _windows('columns', data_spec, 60, num_envs)
+  packed = _windows('packed', data_spec, 60, num_envs)
+  for name in columns:
+    assert sum(columns[name].values()) > 5, name
+  assert packed == columns
+
+
+def test_packed_signature_is_one_byte_column(data_spec):
+  layout = packing.Layout('packed', data_spec)
+  config = _tables()[0]
+  signature = reverb_tables.signature(config, layout.step_spec)
+  assert signature.dtype == tf.uint8
+  assert signature.shape == [3, packing.StepCodec(data_spec).bytes_per_step]
+  assert layout.num_columns == 1
+  batch = [np.zeros((5,) + tuple(s.shape), s.dtype.as_numpy_dtype)
+           for s in tf.nest.flatten(data_spec)]
+  (column,) = layout.columns(batch)
+  assert column.shape == (5, layout.step_spec.shape[0])

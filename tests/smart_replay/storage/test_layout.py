@@ -1,0 +1,139 @@
+"""Tests for smart_replay.storage.layout and smart_replay.storage.files."""
+
+import os
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+
+from smart_replay import errors
+from smart_replay.storage import files as checkpoint_files
+from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import store as checkpoint_store
+
+SIGNATURE = {'x': tf.TensorSpec([2, 3], tf.float32)}
+
+
+def _reverb_checkpoint(root, num_items):
+  """Writes a real Reverb checkpoint of `num_items` items into `root`."""
+  table = reverb.Table('t', reverb.selectors.Uniform(), reverb.selectors.Fifo(),
+                       100, reverb.rate_limiters.MinSize(1),
+                       signature=SIGNATURE)
+  server = reverb.Server(
+      [table], checkpointer=reverb.checkpointers.DefaultCheckpointer(root))
+  client = reverb.Client(f'localhost:{server.port}')
+  with client.trajectory_writer(2) as writer:
+    for i in range(num_items + 1):
+      writer.append({'x': np.full([3], i, np.float32)})
+      if i:
+        writer.create_item('t', 1.0, {'x': writer.history['x'][-2:]})
+  path = client.checkpoint()
+  server.stop()
+  return path
+
+
+def _commit(store, num_items):
+  path = _reverb_checkpoint(store.prepare_reverb_root(), num_items)
+  return store.commit(path, lambda name, files: manifest_lib.build_manifest(
+      {'n': num_items}, counts={}, files=files, checkpoint_name=name))
+
+
+def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path), keep=2)
+  (tmp_path / 'notes.txt').write_text('mine')
+  paths = [_commit(store, n) for n in (1, 2, 3)]
+  assert [os.path.basename(p) for p in paths] == [
+      'ckpt-000001', 'ckpt-000002', 'ckpt-000003']
+  assert store.checkpoints() == paths[1:]
+  assert os.listdir(store.reverb_root) == []  # Reverb's root is left empty.
+  assert (tmp_path / 'notes.txt').read_text() == 'mine'
+  manifest = checkpoints.verify(paths[2])
+  assert manifest['n'] == 3 and manifest['checkpoint'] == 'ckpt-000003'
+  assert checkpoint_files.count_items(paths[2]) == {'t': 3}
+
+
+def test_verify_detects_damage_and_missing_manifest(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
+  path = _commit(store, 2)
+  with open(os.path.join(path, 'chunks.tfrecord'), 'ab') as f:
+    f.write(b'garbage')
+  with pytest.raises(errors.CheckpointCorruptError, match='chunks.tfrecord has'):
+    checkpoints.verify(path)
+  os.remove(os.path.join(path, manifest_lib.MANIFEST_NAME))
+  with pytest.raises(errors.CheckpointCorruptError, match='no readable manifest'):
+    checkpoints.verify(path)
+
+
+def test_find_checkpoints_root_or_folder(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path), keep=3)
+  first, second = _commit(store, 1), _commit(store, 2)
+  assert checkpoints.find_checkpoints(str(tmp_path)) == [second, first]
+  assert checkpoints.find_checkpoints(first) == [first]
+  with pytest.raises(errors.CheckpointNotFoundError, match='does not exist'):
+    checkpoints.find_checkpoints(str(tmp_path / 'nope'))
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(errors.CheckpointNotFoundError,
+                     match=str(tmp_path / 'empty')):
+    checkpoints.find_checkpoints(str(tmp_path / 'empty'))
+
+
+def test_leftovers_in_reverb_root_are_moved_aside_not_deleted(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
+  leftover = _reverb_checkpoint(store.prepare_reverb_root(), 2)
+  store.prepare_reverb_root()
+  assert os.listdir(store.reverb_root) == []
+  moved = tmp_path / checkpoints.ORPHANED_DIR / os.path.basename(leftover)
+  assert checkpoint_files.is_reverb_checkpoint(str(moved))
+
+
+def test_existing_data_sees_raw_reverb_checkpoints(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path))
+  assert store.existing_data() == []
+  raw = _reverb_checkpoint(str(tmp_path), 1)  # A plain Reverb root.
+  assert store.existing_data() == [raw]
+
+
+@pytest.mark.parametrize('keep', [0, -1, 1.5])
+@pytest.mark.unit
+def test_bad_keep(tmp_path, keep):
+  with pytest.raises(ValueError, match='keep_checkpoints'):
+    checkpoint_store.CheckpointStore(str(tmp_path), keep=keep)
+
+
+# -- choosing the first usable checkpoint (no Reverb server) -------------------
+
+@pytest.mark.unit
+def test_first_usable_falls_back_past_a_damaged_one():
+  def try_one(path):
+    if path == 'ckpt-3':
+      raise errors.CheckpointCorruptError('ckpt-3 is damaged: x changed')
+    return f'loaded {path}'
+  assert checkpoints.first_usable(['ckpt-3', 'ckpt-2', 'ckpt-1'], try_one,
+                                  failure='none') == 'loaded ckpt-2'
+
+
+@pytest.mark.unit
+def test_first_usable_lists_every_problem():
+  def try_one(path):
+    raise errors.CheckpointCorruptError(f'{path} is damaged')
+  with pytest.raises(errors.CheckpointCorruptError,
+                     match=r'^no usable checkpoint in /b: ckpt-2 is damaged '
+                     r'\| ckpt-1 is damaged$'):
+    checkpoints.first_usable(['ckpt-2', 'ckpt-1'], try_one,
+                             failure='no usable checkpoint in /b')
+
+
+@pytest.mark.unit
+def test_first_usable_does_not_hide_other_errors():
+  def try_one(path):
+    raise OSError(f'{path}: disk gone')
+  with pytest.raises(OSError, match='disk gone'):
+    checkpoints.first_usable(['ckpt-1'], try_one, failure='none')
+
+
+@pytest.mark.unit
+def test_read_manifest_names_the_checkpoint(tmp_path):
+  with pytest.raises(errors.CheckpointCorruptError, match=str(tmp_path)):
+    checkpoints.read_manifest(str(tmp_path))
