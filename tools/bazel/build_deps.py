@@ -58,7 +58,29 @@ def _imports(path: str, modules: Dict[str, str], *,
   `named_in_strings`, also those its string literals name (tests run code
   in child processes)."""
   with open(path) as f:
-    tree = ast.parse(f.read(), path)
+    source = f.read()
+  return _source_imports(source, path, modules,
+                         named_in_strings=named_in_strings)
+
+
+def _doc_blocks(root: str) -> str:
+  """The Python blocks of the README and docs/ (tests/test_docs.py runs
+  them in a child process, so their imports are that test's deps)."""
+  paths = [os.path.join(root, 'README.md')] + sorted(
+      os.path.join(root, 'docs', name)
+      for name in os.listdir(os.path.join(root, 'docs'))
+      if name.endswith('.md'))
+  blocks = []
+  for path in paths:
+    with open(path) as f:
+      blocks += re.findall(r'^```python\n(.*?)^```', f.read(), re.S | re.M)
+  return '\n'.join(blocks)
+
+
+def _source_imports(source: str, path: str, modules: Dict[str, str], *,
+                    named_in_strings: bool) -> Set[str]:
+  """The project modules `source` (the text of `path`) imports."""
+  tree = ast.parse(source, path)
   found = set()
 
   def add(name: str) -> None:
@@ -150,9 +172,10 @@ def _data(path: str, source: str, scripts: Dict[str, str]) -> List[str]:
     data.append('//:README.md')
   if re.search(r"""['"]docs[/'"]""", source):  # ... or those of docs/.
     data.append('//docs')
-  if path.startswith('tests/'):
+  if path.startswith(('tests/', 'examples/')):  # Scripts run as processes.
     data += sorted({f'//scripts:{stem}' for name, stem in scripts.items()
                     if re.search(rf'[\'"]{re.escape(name)}[\'"]', source)})
+  if path.startswith('tests/'):
     data += sorted({f'//examples:{stem}' for stem in re.findall(
         r'examples/(\w+)\.py', source)})  # Run as `python examples/x.py`.
   return data
@@ -201,6 +224,9 @@ def build_files(root: str) -> Dict[str, str]:
           # __init__ names the modules its public names load lazily.
           named_in_strings=path.startswith('tests' + os.sep) or
           path == os.path.join('smart_replay', '__init__.py'))} - {own})
+      if '//docs' in _data(path, source, scripts):  # It runs the doc blocks.
+        deps = sorted(set(deps) | {_label(modules[m]) for m in _source_imports(
+            _doc_blocks(root), 'docs', modules, named_in_strings=False)})
       deps = [d for d in deps if not d.startswith('//scripts')]
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})

@@ -385,8 +385,8 @@ def test_server_restarted_with_other_tables_fails_the_write(served, tmp_path):
     server.stop(signal.SIGKILL)
     for step in steps[10:20]:
       observer(step)
-    served("TableConfig.name='other'", checkpoint_dir=str(tmp_path / 'second'),
-           port=server.port)
+    served("experience/TableConfig.name='other'",  # Over serve.gin's name.
+           checkpoint_dir=str(tmp_path / 'second'), port=server.port)
     with pytest.raises(smart_replay.WriteFailedError,
                        match="refused the writes of tables.*experience") as e:
       observer.flush()
