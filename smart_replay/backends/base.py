@@ -35,11 +35,14 @@ class Backend(abc.ABC):
     config: the buffer's `BufferConfig`; None while not known (client mode
       before `connect`).
     where: the buffer, for messages (its directory, or the server).
+    restart_check_s: how often to call `restarted()` between writes; None
+      when the server cannot restart under the manager (in-process).
   """
   # {manager method: why this mode does not offer it}.
   UNSUPPORTED: Mapping[str, str] = {}
   config: Optional[config_lib.BufferConfig] = None
   where: str = ''
+  restart_check_s: Optional[float] = None
 
   def require(self, method: str) -> None:
     """Raises unless this mode offers the manager's `method`.
@@ -142,9 +145,13 @@ class Backend(abc.ABC):
       pause: returns a context that pauses the writers.
     """
 
-  def restarted(self) -> Optional[Dict[str, Any]]:
-    """Whether the server is a new instance since the last call (client mode,
-    after an observer reconnected).
+  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
+    """Whether the server is a new instance since the last call (client
+    mode).
+
+    Args:
+      patient: retry a server that does not answer (after a reconnect);
+        False: one bounded attempt (a periodic check).
 
     Returns:
       The new instance's `{'restored_save_started': ...}`, or None if the

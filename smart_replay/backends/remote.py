@@ -50,6 +50,7 @@ class RemoteBackend(base.Backend):
     self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
     # Guards the instance seen last (observers reconnect from their threads).
     self._instance_lock = threading.Lock()
+    self.restart_check_s = location.restart_check_s
     self.where = f'the server at {server_address}'
     self.config = None
     self._control = None
@@ -198,34 +199,45 @@ class RemoteBackend(base.Backend):
     return {name: {int(key): n for key, n in per_item.items()}
             for name, per_item in served.items()}
 
-  def restarted(self) -> Optional[Dict[str, Any]]:
+  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
     """Asks the server whether it is a new instance (it was restarted) since
-    the last answer; called after an observer reconnected.
+    the last answer: after an observer reconnected, at flushes and
+    checkpoints, and every `restart_check_s`.
+
+    Args:
+      patient: retry for up to 3 x `connect_timeout_s` while the server does
+        not answer (and warn if it never does); False: ask once and say
+        nothing if it does not answer (the next check asks again).
 
     Returns:
       The new instance (`restored_save_started` says which items the restart
       lost), or None if it is the same server or could not be asked.
     """
     try:
-      instance = self._ask_instance()
+      instance = self._ask_instance(patient=patient)
     except errors.SmartReplayError as e:
-      logging.warning('Could not ask the server at %s whether it restarted '
-                      '(%s); items a restart lost are not counted.',
-                      self._address, e)
+      if patient:
+        logging.warning('Could not ask the server at %s whether it restarted '
+                        '(%s); items a restart lost are not counted.',
+                        self._address, e)
       return None
     with self._instance_lock:
+      if self._served is None:
+        return None  # Disconnected meanwhile.
       if instance.get('id') == self._served.get('instance', {}).get('id'):
         return None  # The same server: the connection was interrupted only.
       self._served['instance'] = instance
       return instance
 
-  def _ask_instance(self) -> Dict[str, Any]:
+  def _ask_instance(self, *, patient: bool) -> Dict[str, Any]:
     """The server's instance (see `ReplayServer`), on a new control channel:
     the old one may still be backing off from the server that died.
 
+    Args:
+      patient: retry for up to 3 x `connect_timeout_s`; False: ask once.
+
     Raises:
-      ServerUnavailableError: if no answer came within 3 x
-        `connect_timeout_s`.
+      ServerUnavailableError: if no answer came in time.
     """
     deadline = time.monotonic() + 3 * self._connect_timeout_s
     while True:
@@ -234,7 +246,7 @@ class RemoteBackend(base.Backend):
         return control.call('info', timeout_s=self._connect_timeout_s).get(
             'instance') or {}
       except errors.ServerUnavailableError:
-        if time.monotonic() > deadline:
+        if not patient or time.monotonic() > deadline:
           raise
       finally:
         control.close()

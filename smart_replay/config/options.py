@@ -118,6 +118,12 @@ class LocalBuffer:
         not str(self.checkpoint_dir)):
       raise ValueError(f'checkpoint_dir must be a non-empty path, got '
                        f'{self.checkpoint_dir!r}.')
+    if os.path.exists(self.checkpoint_dir) and not os.path.isdir(
+        self.checkpoint_dir):
+      raise ValueError(
+          f'checkpoint_dir {str(self.checkpoint_dir)!r} is an existing file, '
+          'not a directory: give the buffer a directory of its own (it holds '
+          'checkpoints/, manifests and a lock).')
     checks.positive('keep_checkpoints', self.keep_checkpoints, integer=True)
     if self.port is not None and (isinstance(self.port, bool) or not
                                   isinstance(self.port, int) or
@@ -136,12 +142,18 @@ class RemoteBuffer:
   Attributes:
     server_address: 'host:port' of its Reverb server.
     control_address: its control service; None: the Reverb port + 1.
+    restart_check_s: how often the client asks whether the server was
+      restarted (besides at every flush and checkpoint, and after a write
+      waited), so its writers count what a restart lost even when no write
+      waited for it.
 
   Raises:
-    ValueError: if an address is not 'host:port'.
+    ValueError: if an address is not 'host:port', or `restart_check_s` is
+      not a positive number.
   """
   server_address: str
   control_address: Optional[str] = None
+  restart_check_s: float = 10.0
 
   def __post_init__(self):
     for name in ('server_address', 'control_address'):
@@ -149,6 +161,7 @@ class RemoteBuffer:
       if (value is not None or name == 'server_address') and (
           not isinstance(value, str) or ':' not in value):
         raise ValueError(f"{name} must be 'host:port', got {value!r}.")
+    checks.positive('restart_check_s', self.restart_check_s)
 
 
 @gin.configurable

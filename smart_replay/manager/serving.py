@@ -6,6 +6,7 @@ backend started (`backends.base.Started`) into the running buffer (replay
 buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
+import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
@@ -44,6 +45,7 @@ class Serving:
                make_dataset: Callable[..., tf.data.Dataset]):
     self._state, self._options, self._backend = state, options, backend
     self._checkpoint, self._make_dataset = checkpoint, make_dataset
+    self._watch: Optional[_RestartWatch] = None
 
   def start(self, start: Callable[[], backend_lib.Started]) -> Started:
     """Runs a backend's start and builds the running buffer on it; on
@@ -64,6 +66,9 @@ class Serving:
       raise
     if started.loaded is not None:
       self._state.resumed(started.loaded)
+    if self._backend.restart_check_s:
+      self._watch = _RestartWatch(self._check_restart,
+                                  self._backend.restart_check_s)
     running = self._state.running
     return running.replay_buffer, running.observers[0]
 
@@ -128,16 +133,23 @@ class Serving:
     return obs
 
   def _on_reconnect(self, observer: Any) -> None:
-    """After an observer reconnected: if the server was restarted, every
-    observer counts the items it had confirmed that the restart lost."""
+    """After an observer reconnected (a write waited for the server)."""
     del observer  # Every observer of this manager talked to the old server.
-    instance = self._backend.restarted()
+    self._check_restart()
+
+  def _check_restart(self, patient: bool = True) -> None:
+    """If the server was restarted since the last check, every observer
+    counts the items it had confirmed that the restart lost (each restart
+    once, whichever check sees it: a reconnect, a flush, a checkpoint or the
+    periodic `_RestartWatch`)."""
+    instance = self._backend.restarted(patient=patient)
     if instance is None:
       return
     with self._state.lock:
       running = self._state.running
       for obs in running.observers if running else ():
-        obs.count_restart_loss(instance.get('restored_save_started'))
+        obs.count_restart_loss(instance.get('restored_save_started'),
+                               instance.get('started_unix'))
 
   def flush(self) -> None:
     """Flushes every observer of this manager.
@@ -149,6 +161,7 @@ class Serving:
     """
     if self._state.running is not None:
       self._state.running.flush()
+      self._check_restart()
 
   def clear(self) -> None:
     """Empties every table of the running server; checkpoints are untouched.
@@ -198,6 +211,8 @@ class Serving:
         within 3 x checkpoint_timeout_s.
     """
     checkpointer_lib.check_extra(extra)
+    if self._state.running is not None:
+      self._check_restart()  # Count a restart's loss before saving on.
     with self._state.lock:
       running = self._state.require(started=True, where=self._backend.where)
       return self._backend.checkpoint(
@@ -210,10 +225,18 @@ class Serving:
     """Stops serving: the backend and the starter stop, the running buffer
     is dropped."""
     self._state.serving.assign(False)
+    self._stop_watch()
     running, self._state.running = self._state.running, None
     if running is not None and running.starter is not None:
       running.starter.close()
     self._backend.stop()
+
+  def _stop_watch(self) -> None:
+    """Stops the periodic restart check (before the lock is taken: a check
+    may be waiting for it)."""
+    if self._watch is not None:
+      self._watch.stop()
+      self._watch = None
 
   def close(self) -> None:
     """Closes the observers and stops the server (client mode: disconnects).
@@ -227,6 +250,7 @@ class Serving:
         checkpoint did not finish.
       ServerUnavailableError, WriteFailedError: if an observer lost steps.
     """
+    self._stop_watch()
     with self._state.lock:
       if self._state.closed:
         return
@@ -248,3 +272,35 @@ class Serving:
       self._backend.release()
     if failure:
       raise failure
+
+
+class _RestartWatch:
+  """Asks every `interval_s`, in a daemon thread, whether the server was
+  restarted (`check(patient=False)`), so a restart that no write waited for
+  is counted too.
+
+  Args:
+    check: `Serving._check_restart`.
+    interval_s: seconds between checks.
+  """
+
+  def __init__(self, check: Callable[..., None], interval_s: float):
+    self._check, self._interval_s = check, interval_s
+    self._stopped = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name='smart_replay-restart-watch')
+    self._thread.start()
+
+  def _run(self) -> None:
+    while not self._stopped.wait(self._interval_s):
+      try:
+        self._check(patient=False)
+      except Exception as e:  # pylint: disable=broad-except
+        # A check must never end the thread: the next one asks again.
+        logging.warning('Checking whether the server restarted failed: %s', e)
+
+  def stop(self) -> None:
+    """Stops the checks; waits (bounded) for one in progress."""
+    self._stopped.set()
+    if self._thread is not threading.current_thread():
+      self._thread.join(timeout=60)

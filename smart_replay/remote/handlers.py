@@ -8,6 +8,7 @@ counts.
 """
 
 import datetime
+import time
 import uuid
 from typing import Any, Callable, Dict, Optional
 
@@ -41,10 +42,11 @@ def describe_instance(*, restored_checkpoint: Optional[str],
     restart_loss: `serving_record.lost_since` at start-up, or None.
 
   Returns:
-    `{'id', 'restored_checkpoint', 'restored_save_started', 'restart_loss'}`
-    with a fresh random id.
+    `{'id', 'started_unix', 'restored_checkpoint', 'restored_save_started',
+    'restart_loss'}` with a fresh random id.
   """
-  return {'id': uuid.uuid4().hex, 'restored_checkpoint': restored_checkpoint,
+  return {'id': uuid.uuid4().hex, 'started_unix': time.time(),
+          'restored_checkpoint': restored_checkpoint,
           'restored_save_started': _save_started(
               restored_manifest if restored_checkpoint else None),
           'restart_loss': restart_loss}

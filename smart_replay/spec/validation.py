@@ -228,6 +228,27 @@ class StepValidator:
       self._checks = self._values.checks
     return arrays
 
+  def _sequences_for_arrays(self, trajectory: Any, missing: set,
+                            unexpected: set) -> List[str]:
+    """Names the fields that hold a Python list or tuple where the spec has
+    one array (tree flattens the list into one field per element)."""
+    found = []
+    for leaf in self._leaves:
+      parts = [p for p in unexpected if p.startswith(leaf.path + '/')]
+      if leaf.path not in missing or not parts:
+        continue
+      node = trajectory
+      for key in leaf.path.split('/'):
+        node = (node[key] if isinstance(node, collections.abc.Mapping)
+                else getattr(node, key, None))
+      if isinstance(node, (list, tuple)):
+        found.append(
+            f'field {leaf.path!r} is a Python {type(node).__name__} of '
+            f'{len(node)} values; the spec expects one {leaf.dtype} array of '
+            f'shape {tuple(leaf.shape)}: pass np.asarray(value, '
+            f'dtype=np.{leaf.dtype})')
+    return found
+
   def _structure_error(self, trajectory: Any,
                        error: Exception) -> errors.TrajectorySpecError:
     """Explains why `trajectory` does not have the data spec's structure."""
@@ -245,7 +266,10 @@ class StepValidator:
     else:
       text = 'trajectory structure does not match the data spec'
       differences = structure.container_differences(self._data_spec, trajectory)
-    if missing or unexpected:
+    sequences = self._sequences_for_arrays(trajectory, missing, unexpected)
+    if sequences:
+      differences += sequences
+    elif missing or unexpected:
       differences.append(f'missing fields {sorted(missing)}, unexpected '
                          f'fields {sorted(unexpected)}')
     elif differences or text.startswith('trajectory is'):

@@ -1,11 +1,17 @@
 """When a writer's items were confirmed, to count what a server restart lost.
 
 A server that is killed and resumes its last checkpoint has lost every item it
-confirmed after that save began. The server cannot tell each writer which of
-its items those were; the writer can, if it remembers when its items were
-confirmed: `ConfirmationLog` keeps `(wall time, items confirmed so far)` per
-confirmation, in bounded memory (exact for recent ones, thinned for old ones),
-and answers how many were confirmed after a given time.
+stored after that save copied its tables. The server cannot tell each writer
+which of its items those were; the writer can, if it remembers when it sent
+its confirmed items: `ConfirmationLog` keeps `(wall time, items confirmed so
+far)`, each confirmed item entered at the time it was sent (the writer records
+it so), in bounded memory (exact for recent ones, thinned for old ones), and
+answers how many were sent after a given time. An item sent after the save
+began reached the server after the copy, so it is lost; one sent just before
+and still in flight during the copy is not counted (at most the writer's
+unconfirmed items, 49): the count is a lower bound, as the server's own "at
+least N items" at a resume. Counting by the time a confirmation was seen
+instead would count items that the checkpoint holds.
 """
 
 import time
@@ -78,22 +84,27 @@ class ConfirmationLog:
       before = total
     return self.total - before
 
-  def lost_at_restart(self, saved_since: Optional[float]) -> int:
+  def lost_at_restart(self, saved_since: Optional[float],
+                      restarted: Optional[float] = None) -> int:
     """Items a server restart lost that an earlier call did not count.
 
-    The server lost the items it confirmed after the restored checkpoint's
-    save began (`confirmed_after`); items counted by an earlier call are not
+    The server lost the items sent after the restored checkpoint's save
+    began (`confirmed_after`); items counted by an earlier call are not
     counted again.
 
     Args:
       saved_since: when the restored checkpoint's save began (wall time), or
         None if the server restored no checkpoint (every confirmed item is
         lost).
+      restarted: when the new server started (wall time): items sent later
+        reached it, so they are not counted; None: no limit.
 
     Returns:
       The number of items, >= 0.
     """
     since = max(saved_since or 0.0, self._lost_counted_until)
     lost = self.confirmed_after(since)
+    if restarted is not None and restarted > since:
+      lost -= self.confirmed_after(restarted)
     self._lost_counted_until = time.time()
     return lost

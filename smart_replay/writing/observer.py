@@ -300,32 +300,35 @@ class TrajectoryObserver:
       if self._blocks:
         self._blocks.end_episode()
 
-  def count_restart_loss(self, saved_since: Optional[float]) -> int:
-    """Counts the confirmed items a server restart lost, after a reconnect.
+  def count_restart_loss(self, saved_since: Optional[float],
+                         restarted: Optional[float] = None) -> int:
+    """Counts the confirmed items a server restart lost.
 
-    A server that was restarted from a checkpoint lost the items it had
-    confirmed after that checkpoint's save began; they are added to
-    `num_lost_items` and `num_lost_at_restart` (items confirmed while that
-    save ran count too: an upper bound by at most those). Items counted at
-    an earlier restart are not counted again.
+    A server that was restarted from a checkpoint lost the items this
+    observer sent after that checkpoint's save began (and the server
+    confirmed); they are added to `num_lost_items` and `num_lost_at_restart`.
+    Items still in flight when the save copied the tables are not counted (a
+    lower bound by at most the unconfirmed items, 49). Items counted at an
+    earlier restart are not counted again.
 
     Args:
       saved_since: when the restored checkpoint's save began (wall time), or
         None if the restarted server restored no checkpoint (everything it
         had confirmed is lost).
+      restarted: when the new server started; items sent later reached it.
 
     Returns:
       The items counted as lost now.
     """
     with self._lock:
-      lost = self.confirmations.lost_at_restart(saved_since)
+      lost = self.confirmations.lost_at_restart(saved_since, restarted)
       self._counters.lost_items += lost
       self._counters.lost_at_restart += lost
     if lost:
       logging.error(
           'The Reverb server at %s was restarted from an older checkpoint: '
-          '%d item(s) it had confirmed to this observer after that save began '
-          'are lost (counted in num_lost_items).', self._client.server_address,
+          'at least %d item(s) this observer sent after that save began are '
+          'lost (counted in num_lost_items).', self._client.server_address,
           lost)
     return lost
 

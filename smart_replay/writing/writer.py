@@ -25,6 +25,7 @@ into Reverb items, and bounds every wait on the server:
 """
 
 import collections
+import time
 from typing import Dict, List
 
 import numpy as np
@@ -70,10 +71,12 @@ class StreamWriter:
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
-    # (last step, table) of the created items not known to be confirmed,
-    # oldest first: once the server confirms all but k of them, every step up
-    # to `created[-k - 1]` is stored (Reverb confirms in order, except after a
-    # reconnect, where the count of lost steps is approximate).
+    # (last step, table, time sent) of the created items not known to be
+    # confirmed, oldest first: once the server confirms all but k of them,
+    # every step up to `created[-k - 1]` is stored (Reverb confirms in order,
+    # except after a reconnect, where the count of lost steps is
+    # approximate). Confirmed items are recorded by the time they were sent
+    # (see `confirmations`).
     self.created = collections.deque()
     self.confirmed_steps = 0  # Steps up to here are all stored.
     self.steps = 0  # Steps written by this stream.
@@ -160,11 +163,8 @@ class StreamWriter:
     room = max(_PENDING_LIMIT - len(self.deferred), 0)
     self._wait('flush', lambda timeout_ms: self.writer.flush(
         block_until_num_items=room, timeout_ms=timeout_ms))
-    confirmed = max(len(self.created) - room, 0)
-    while len(self.created) > room:  # Those are confirmed now.
-      self.confirmed_steps = max(self.confirmed_steps,
-                                 self.created.popleft()[0])
-    self._settings.confirmations.add(confirmed)
+    self._record_confirmed(max(len(self.created) - room, 0))
+    sent = time.time()
     for index, (table, priority, columns, last_step) in enumerate(
         self.deferred):
       try:
@@ -172,7 +172,7 @@ class StreamWriter:
       except RuntimeError as e:
         del self.deferred[:index]  # Those were created.
         self._failed('create_item', e)
-      self.created.append((last_step, table))
+      self.created.append((last_step, table, sent))
     self.deferred.clear()
     return True
 
@@ -253,10 +253,22 @@ class StreamWriter:
     if self._cells:
       self._cells.reset()
 
+  def _record_confirmed(self, count: int) -> None:
+    """The oldest `count` created items are confirmed: records them by the
+    time they were sent, and the steps now stored."""
+    log, group, group_sent = self._settings.confirmations, 0, None
+    for _ in range(min(count, len(self.created))):
+      last_step, _, sent = self.created.popleft()
+      self.confirmed_steps = max(self.confirmed_steps, last_step)
+      if sent != group_sent and group:  # A chunk's items share one time.
+        log.add(group, now=group_sent)
+        group = 0
+      group, group_sent = group + 1, sent
+    log.add(group, now=group_sent)
+
   def _confirmed(self) -> None:
     """Records that the server confirmed every item of the stream."""
-    self._settings.confirmations.add(len(self.created))
-    self.created.clear()
+    self._record_confirmed(len(self.created))
     self.confirmed_steps = self.steps
 
   def _failed(self, what: str, error: Exception):

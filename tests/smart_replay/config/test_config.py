@@ -105,6 +105,16 @@ def test_config_is_immutable(data_spec):
     config.capacity = 5
 
 
+def test_a_checkpoint_dir_that_is_a_file_is_refused_by_the_constructor(
+    data_spec, tmp_path):
+  path = tmp_path / 'notes.txt'
+  path.write_text('mine')
+  with pytest.raises(ValueError, match=r"checkpoint_dir '.*notes.txt' is an "
+                     'existing file, not a directory'):
+    arguments.group_options(data_spec, capacity=10, checkpoint_dir=str(path))
+  assert path.read_text() == 'mine'
+
+
 @pytest.mark.parametrize('kwargs, message', [
     ({'server_address': 'nohost', 'capacity': None, 'checkpoint_dir': None},
      "server_address must be 'host:port'"),

@@ -333,6 +333,55 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
     manager.close()
 
 
+def _restart_after_a_checkpoint(served, checkpoint_dir, **client_kwargs):
+  """A client writes 10 steps, checkpoints, writes 6 more (confirmed, not
+  saved); the server is killed and restarted, and nothing is written while it
+  is down, so no write waits for it."""
+  server, manager, observer = _served_writer(served, checkpoint_dir,
+                                             **client_kwargs)
+  steps = _long_episode_steps(16)
+  for step in steps[:10]:
+    observer(step)
+  manager.checkpoint()  # Holds items (1,2)..(9,10).
+  for step in steps[10:16]:
+    observer(step)
+  observer.flush()  # Confirmed by the server, but in no checkpoint.
+  _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
+      'inserts') == 15, 'the server to record its 15 inserts')
+  server.stop(signal.SIGKILL)
+  restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
+  assert 'at least 6 item(s) it inserted after' in restarted.log()
+  return manager, observer
+
+
+def test_a_restart_no_write_waited_for_is_counted_at_the_next_flush(
+    served, tmp_path):
+  manager, observer = _restart_after_a_checkpoint(
+      served, str(tmp_path / 'buffer'), restart_check_s=3600.0)
+  try:
+    assert observer.num_lost_items == 0  # Nothing has noticed yet.
+    manager.flush()
+    assert observer.num_reconnects == 0  # No write waited.
+    assert observer.num_lost_items == observer.num_lost_at_restart == 6
+    manager.flush()  # The same restart is counted once.
+    assert manager.stats()['lost_items'] == 6
+  finally:
+    manager.close()
+
+
+def test_the_periodic_check_counts_a_restart_without_any_call(served,
+                                                              tmp_path):
+  manager, observer = _restart_after_a_checkpoint(
+      served, str(tmp_path / 'buffer'), restart_check_s=0.5)
+  try:
+    _wait_until(lambda: observer.num_lost_items == 6,
+                'the periodic check to count the 6 lost items')
+    assert observer.num_lost_at_restart == 6
+    assert observer.num_reconnects == 0
+  finally:
+    manager.close()
+
+
 def test_actor_gives_up_after_reconnect_timeout_and_counts_the_loss(
     served, tmp_path):
   checkpoint_dir = str(tmp_path / 'buffer')

@@ -308,6 +308,17 @@ def test_a_dict_instead_of_a_trajectory_is_named(buffer):
   assert observer.num_steps == 0
 
 
+def test_a_python_list_where_the_spec_has_an_array_is_named(buffer):
+  observer = buffer.observer()
+  step = _step(0, FIRST)
+  message = _refused(observer, step._replace(action=[1, 2]),
+                     "field 'action' is a Python list of 2 values",
+                     'one int64 array of shape (2,)',
+                     'np.asarray(value, dtype=np.int64)')
+  assert 'unexpected fields' not in message
+  assert observer.num_steps == 0
+
+
 def test_a_dict_with_another_key_is_refused(buffer):
   """Tree's structure check compares positions only: 'velocity' would be
   stored as 'speed' (both sort after 'position')."""

@@ -24,6 +24,15 @@ def test_counts_items_confirmed_after_a_time():
   assert log.confirmed_after(200.0) == 0
 
 
+def test_items_sent_after_the_restart_are_not_lost():
+  log = confirmations.ConfirmationLog()
+  log.add(5, now=100.0)  # In the checkpoint whose save began at 100.5.
+  log.add(3, now=101.0)  # Sent after the save began: lost with the server.
+  log.add(4, now=103.0)  # Sent to the new server, started at 102.0.
+  assert log.lost_at_restart(100.5, restarted=102.0) == 3
+  assert log.lost_at_restart(100.5, restarted=102.0) == 0  # Counted once.
+
+
 def test_memory_is_bounded_and_thinned_entries_count_as_late():
   log = confirmations.ConfirmationLog(max_entries=8)
   for second in range(100):
