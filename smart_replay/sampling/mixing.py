@@ -58,18 +58,7 @@ def check_mixable(online: Any, starter: Any, online_spec: Any,
     ValueError: naming the table, the field and both values.
   """
   for side, config in (('online', online), ('starter', starter)):
-    if config.sampler in ('fifo', 'lifo') or config.max_times_sampled:
-      raise ValueError(
-          f'cannot mix the {side} table {config.name!r} (sampler='
-          f'{config.sampler!r}, max_times_sampled={config.max_times_sampled}) '
-          'with another: queues and tables that delete sampled items have an '
-          'order or a consumption a mix would break. Mix uniform or '
-          'prioritized tables.')
-    if config.block_length is not None:
-      raise ValueError(
-          f'cannot mix the {side} table {config.name!r}: it holds packed '
-          f'blocks (block_length={config.block_length}); mix tables of one '
-          'window per item.')
+    check_drawable(config, f'the {side} table')
   for field in ('kind', 'item_length'):
     if getattr(online, field) != getattr(starter, field):
       raise ValueError(
@@ -82,6 +71,57 @@ def check_mixable(online: Any, starter: Any, online_spec: Any,
     raise ValueError(
         'the starter and the online table store different steps: '
         + '; '.join(f'{f}: starter {a}, online {b}' for f, a, b in diffs))
+
+
+def check_drawable(config: Any, what: str) -> None:
+  """Raises ValueError unless elements of `config`'s table can be drawn
+  among another table's (a mix, or shards).
+
+  Args:
+    config: the table's `TableConfig`.
+    what: the table, for the message (e.g. 'the online table').
+
+  Raises:
+    ValueError: for queues, tables that delete sampled items, and tables of
+      packed items.
+  """
+  if config.sampler in ('fifo', 'lifo') or config.max_times_sampled:
+    raise ValueError(
+        f'cannot draw from {what} {config.name!r} (sampler='
+        f'{config.sampler!r}, max_times_sampled={config.max_times_sampled}) '
+        'among another table: queues and tables that delete sampled items '
+        'have an order or a consumption a mix would break. Use uniform or '
+        'prioritized tables.')
+  if config.block_length is not None:
+    raise ValueError(
+        f'cannot draw from {what} {config.name!r} among another table: it '
+        f'holds packed blocks (block_length={config.block_length}); use '
+        'tables of one window per item.')
+
+
+def check_num_steps(num_steps: Optional[int], length: int,
+                    variable: bool) -> int:
+  """`num_steps`, or the item length when None; checked.
+
+  Args:
+    num_steps: steps per sample, or None for the whole item.
+    length: the table's item length.
+    variable: whether items are episodes (sampled whole).
+
+  Returns:
+    The steps per sample.
+
+  Raises:
+    ValueError: unless a positive divisor of `length` (for episodes: it).
+  """
+  num_steps = length if num_steps is None else num_steps
+  if (isinstance(num_steps, bool) or not isinstance(num_steps, int) or
+      num_steps < 1 or length % num_steps or
+      (variable and num_steps != length)):
+    raise ValueError(
+        f'num_steps={num_steps!r} must be a positive divisor of the tables\' '
+        f'item length {length} (episode items: the whole item).')
+  return num_steps
 
 
 def mixed_dataset(online: Source, starter: Source, *, data_spec: Any,
@@ -122,16 +162,10 @@ def mixed_dataset(online: Source, starter: Source, *, data_spec: Any,
   checks.positive('timeout_s', timeout_s)
   length = online.config.item_length
   variable = online.config.kind == 'episode'
-  num_steps = length if num_steps is None else num_steps
-  if (isinstance(num_steps, bool) or not isinstance(num_steps, int) or
-      num_steps < 1 or length % num_steps or
-      (variable and num_steps != length)):
-    raise ValueError(
-        f'num_steps={num_steps!r} must be a positive divisor of the tables\' '
-        f'item length {length} (episode items: the whole item).')
+  num_steps = check_num_steps(num_steps, length, variable)
   schedule.tensor(train_step)  # Raises now if it needs the step.
-  streams = [_items(side, data_spec, length, num_steps, variable, batch_size,
-                    timeout_s, source)
+  streams = [item_stream(side, data_spec, length, num_steps, variable,
+                         batch_size, timeout_s, source)
              for source, side in ((dataset_lib.ONLINE, online),
                                   (dataset_lib.STARTER, starter))]
 
@@ -165,10 +199,24 @@ def _raw_weights(info: Any, beta: Optional[Callable[[], Any]]) -> tf.Tensor:
                                             beta())
 
 
-def _items(side: Source, data_spec: Any, length: int, num_steps: int,
-           variable: bool, batch_size: int, timeout_s: float,
-           source: int) -> tf.data.Dataset:
-  """An endless stream of `(data, info, mask, source)` items of one table."""
+def item_stream(side: Source, data_spec: Any, length: int, num_steps: int,
+                variable: bool, batch_size: int, timeout_s: float,
+                source: int) -> tf.data.Dataset:
+  """An endless stream of `(data, info, mask, source)` items of one table.
+
+  Args:
+    side: the table and its server.
+    data_spec: the spec of one stored step.
+    length: the table's item length.
+    num_steps: steps per element (a divisor of `length`).
+    variable: whether items are episodes (padded to `length`).
+    batch_size: the batch size (sets how many samples are in flight).
+    timeout_s: how long a sample may wait before the stream raises.
+    source: the value of `ReplayInfo.source` for its elements.
+
+  Returns:
+    The stream; after a timeout its next element starts a fresh one.
+  """
   dtypes, shapes = items_lib.signature(data_spec, length,
                                        variable_length=variable)
   pieces = length // num_steps
