@@ -11,6 +11,7 @@ from typing import Any
 from smart_replay.backends import base
 from smart_replay.backends import local
 from smart_replay.backends import remote
+from smart_replay.backends import sharded
 from smart_replay.config import buffer as config_lib
 from smart_replay.config import options
 
@@ -28,14 +29,17 @@ def make_backend(data_spec: Any, *, shape: options.BufferShape,
     timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
 
   Returns:
-    A `RemoteBackend` for a `RemoteBuffer`, else a `LocalBackend`.
+    A `RemoteBackend` for a `RemoteBuffer` of one server, a
+    `ShardedBackend` for one of several, else a `LocalBackend`.
 
   Raises:
     ValueError: if the local configuration cannot be resolved.
   """
   if isinstance(location, options.RemoteBuffer):
-    return remote.RemoteBackend(data_spec, shape=shape, location=location,
-                                timeouts=timeouts)
+    backend = (sharded.ShardedBackend if len(location.addresses) > 1 else
+               remote.RemoteBackend)
+    return backend(data_spec, shape=shape, location=location,
+                   timeouts=timeouts)
   config = config_lib.BufferConfig.resolve(
       data_spec=data_spec, capacity=shape.capacity,
       sequence_length=shape.sequence_length or 2,

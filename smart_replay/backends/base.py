@@ -2,7 +2,8 @@
 
 import abc
 import dataclasses
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional
+from typing import (Any, Callable, ContextManager, Dict, List, Mapping,
+                    Optional, Tuple)
 
 import reverb
 
@@ -21,11 +22,14 @@ class Started:
     server: how TF-Agents' `ReverbReplayBuffer` reaches the server:
       `{'local_server': server}` or `{'server_address': 'host:port'}`.
     loaded: `{'path', 'manifest'}` of a restored checkpoint, or None.
+    shards: a sharded buffer's clients, one per shard (`client` is the one
+      this manager writes to); empty for one server.
   """
   client: reverb.Client
   config: config_lib.BufferConfig
   server: Mapping[str, Any]
   loaded: Optional[Dict[str, Any]] = None
+  shards: Tuple[reverb.Client, ...] = ()
 
 
 class Backend(abc.ABC):

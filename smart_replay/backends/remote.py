@@ -37,7 +37,7 @@ class RemoteBackend(base.Backend):
 
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
                location: options.RemoteBuffer, timeouts: options.Timeouts):
-    server_address = location.server_address
+    server_address = location.addresses[0]
     self._data_spec = data_spec
     requested = {f.name: getattr(shape, f.name)
                  for f in dataclasses.fields(shape)}

@@ -137,11 +137,19 @@ class LocalBuffer:
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
 class RemoteBuffer:
-  """A client of a standalone server (`smart-replay-serve`).
+  """A client of a standalone server (`smart-replay-serve`), or of a buffer
+  sharded over several.
 
   Attributes:
-    server_address: 'host:port' of its Reverb server.
-    control_address: its control service; None: the Reverb port + 1.
+    server_address: 'host:port' of its Reverb server; or a list of them, one
+      per shard of a sharded buffer (each a `smart-replay-serve` of the same
+      spec and tables): writers write to one shard, `get_dataset` samples
+      all of them as one table (see `sampling.shards`).
+    control_address: its control service; None: the Reverb port + 1 (of
+      each shard).
+    actor_id: which shard this client's observers write to, `actor_id %
+      len(server_address)` (stable: give each actor its own id); None: a
+      shard chosen from the host name and process id.
     restart_check_s: how often the client asks whether the server was
       restarted (besides at every flush and checkpoint, and after a write
       waited), so its writers count what a restart lost even when no write
@@ -151,17 +159,41 @@ class RemoteBuffer:
     ValueError: if an address is not 'host:port', or `restart_check_s` is
       not a positive number.
   """
-  server_address: str
+  server_address: Union[str, Sequence[str]]
   control_address: Optional[str] = None
   restart_check_s: float = 10.0
+  actor_id: Optional[int] = None
 
   def __post_init__(self):
-    for name in ('server_address', 'control_address'):
-      value = getattr(self, name)
-      if (value is not None or name == 'server_address') and (
-          not isinstance(value, str) or ':' not in value):
+    addresses = self.server_address
+    if not isinstance(addresses, str):
+      if (not isinstance(addresses, (list, tuple)) or not addresses or
+          len(set(addresses)) != len(addresses)):
+        raise ValueError(f"server_address must be 'host:port' or a list of "
+                         f'distinct ones (one per shard), got {addresses!r}.')
+      object.__setattr__(self, 'server_address', tuple(addresses))
+      if len(addresses) > 1 and self.control_address is not None:
+        raise ValueError(f'control_address={self.control_address!r} names '
+                         'one server; a sharded buffer uses each shard\'s '
+                         'Reverb port + 1.')
+    named = [('server_address', a) for a in self.addresses] + [
+        ('control_address', self.control_address)]
+    for name, value in named:
+      if value is not None and (not isinstance(value, str) or
+                                ':' not in value):
         raise ValueError(f"{name} must be 'host:port', got {value!r}.")
     checks.positive('restart_check_s', self.restart_check_s)
+    if self.actor_id is not None and (isinstance(self.actor_id, bool) or
+                                      not isinstance(self.actor_id, int) or
+                                      self.actor_id < 0):
+      raise ValueError(f'actor_id must be None or an integer >= 0, got '
+                       f'{self.actor_id!r}.')
+
+  @property
+  def addresses(self) -> Tuple[str, ...]:
+    """Every shard's address (one for an unsharded buffer)."""
+    return ((self.server_address,) if isinstance(self.server_address, str)
+            else tuple(self.server_address))
 
 
 @gin.configurable

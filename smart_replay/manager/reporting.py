@@ -13,6 +13,7 @@ from smart_replay.backends import base as backend_lib
 from smart_replay.manager import arguments
 from smart_replay.manager import state as state_lib
 from smart_replay.sampling import epochs
+from smart_replay.server import local_server as server_lib
 from smart_replay.server import stats as stats_lib
 from smart_replay.utils import checks
 from smart_replay.writing import blocks
@@ -54,6 +55,8 @@ class Reporting:
       WaitTimeoutError: if the server does not answer in time.
     """
     running = self._running()
+    if running.shards:  # Every shard's items.
+      return self.stats()['tables'][running.config.table().name]['items']
     return self._items(running, running.config.table().name)
 
   def _items(self, running: state_lib.Running, name: str) -> int:
@@ -92,6 +95,14 @@ class Reporting:
         priority_of=counts.priorities.new_item_priority,
         env_steps=counts.env_steps(running.observers),
         episodes=counts.episodes(running.observers))
+    if running.shards:  # A sharded buffer: every shard's tables, summed.
+      timeout_s = self._options.timeouts.connect_timeout_s
+      result = stats_lib.add_shards(result, [
+          (client.server_address, stats_lib.table_stats(
+              server_lib.server_info(client, timeout_s),
+              running.config.table_names))
+          for client, _ in running.shards], writer=[
+              c for c, _ in running.shards].index(running.client))
     if times_sampled:
       sampled = {name: {} for name in result['tables']}
       sampled.update(self._backend.times_sampled(

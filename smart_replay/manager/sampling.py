@@ -19,6 +19,7 @@ from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import mixing as mix_lib
 from smart_replay.sampling import priorities as priorities_lib
 from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import shards as shards_lib
 from smart_replay.utils import checks
 
 
@@ -104,6 +105,18 @@ class Sampling:
     layout = running.config.step_layout
     decode = layout.decode if layout.name != 'columns' else None
     schedule = schedule_lib.as_schedule(starter_fraction)
+    if running.shards:
+      if schedule is not None:
+        raise ValueError(f'starter_fraction={schedule.describe()} needs a '
+                         'starter table; a sharded buffer (client mode) '
+                         'serves none.')
+      return shards_lib.sharded_dataset(
+          [mix_lib.Source(client, config, priorities_lib.beta(config,
+                                                              train_step))
+           for client, _ in running.shards], data_spec=layout.step_spec,
+          train_step=train_step, batch_size=batch_size, num_steps=num_steps,
+          decode=decode, as_train_kwargs=as_train_kwargs, timeout_s=timeout,
+          prefetch=prefetch)
     if schedule is not None:
       return self._mixed(running, config, schedule, batch_size=batch_size,
                          num_steps=num_steps, train_step=train_step,
@@ -182,7 +195,8 @@ class Sampling:
           + '\n  '.join(problems))
 
   def update_priorities(self, keys: Any, priorities: Any, *,
-                        table_name: Optional[str] = None) -> None:
+                        table_name: Optional[str] = None,
+                        shards: Any = None) -> None:
     """Sets the priorities of sampled items (prioritized replay).
 
     Works eagerly and inside a `tf.function`, e.g. a Learner's
@@ -197,6 +211,9 @@ class Sampling:
         `ReplayInfo.key` (the first column is used).
       priorities: `[batch]` new priorities (e.g. absolute TD errors).
       table_name: the table; default the first prioritized table.
+      shards: a sharded buffer: the shard of each key, `ReplayInfo.source`
+        (`[batch]` or `[batch, num_steps]`); each key's priority is set on
+        the shard that holds it. Ignored for one server.
 
     Raises:
       ValueError: if the table is unknown or not prioritized, or (eagerly)
@@ -205,9 +222,21 @@ class Sampling:
       ManagerStateError: if the manager is not started.
     """
     running = self._running()
+    config = running.config.prioritized_table(table_name)
+    if running.shards:
+      if shards is None:
+        raise ValueError(
+            'update_priorities of a sharded buffer needs shards= (the '
+            'ReplayInfo.source of each key) to find the shard holding it.')
+      shards_lib.update_priorities(
+          [tf_client for _, tf_client in running.shards], config, keys,
+          priorities, shards, priorities_of=running.counts.priorities,
+          serving=self._state.serving,
+          where=[c.server_address for c, _ in running.shards])
+      return
     running.counts.priorities.update(
-        running.tf_client, running.config.prioritized_table(table_name), keys,
-        priorities, serving=self._state.serving, where=self._backend.where)
+        running.tf_client, config, keys, priorities,
+        serving=self._state.serving, where=self._backend.where)
 
   def priority_update_fn(self, *, table_name: Optional[str] = None,
                          priorities_fn: Optional[Callable[[Any], Any]] = None
@@ -230,10 +259,17 @@ class Sampling:
       ManagerStateError: in client mode, if not connected.
     """
     config = self._config().prioritized_table(table_name)
+    running = self._state.running
+    sharded = bool(running and running.shards)
     priorities_fn = priorities_fn or (lambda loss: loss.extra.td_error)
     # Named as the Learner passes them with use_kwargs_in_agent_train=True.
     def update(experience, loss_info):
       _, info = experience  # (experience, ReplayInfo)
+      if sharded:  # ReplayInfo.source is the shard holding each key.
+        self.update_priorities(info.key[:, 0], priorities_fn(loss_info),
+                               table_name=config.name,
+                               shards=info.source[:, 0])
+        return
       # Starter elements of a mixed batch keep their priority (read-only).
       online = tf.equal(info.source[:, 0], dataset_lib.ONLINE)
       self.update_priorities(tf.boolean_mask(info.key[:, 0], online),

@@ -86,7 +86,9 @@ class Serving:
             rate_limiter_timeout_ms=int(
                 options.timeouts.sample_timeout_s * 1000), **started.server),
         tf_client=reverb.TFClient(started.client.server_address),
-        counts=state_lib.Counts(config, manifest))
+        counts=state_lib.Counts(config, manifest),
+        shards=tuple((client, reverb.TFClient(client.server_address))
+                     for client in started.shards))
     self._state.serving.assign(True)
     self.make_observer(num_envs=options.writes.num_envs)
     local = options.local

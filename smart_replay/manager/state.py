@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from absl import logging
 import reverb
@@ -83,6 +83,8 @@ class Running:
     counts: the counts a checkpoint records.
     observers: the manager's observers, the first returned by the start.
     starter: the read-only starter table served beside the buffer, or None.
+    shards: a sharded buffer's clients and TF clients, one pair per shard
+      (`client` is the one written to); empty for one server.
   """
   client: reverb.Client
   config: config_lib.BufferConfig
@@ -92,6 +94,7 @@ class Running:
   observers: List[observer_lib.TrajectoryObserver] = dataclasses.field(
       default_factory=list)
   starter: Optional[starter_lib.StarterSource] = None
+  shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
 
   def flush(self) -> None:
     """Flushes every observer.

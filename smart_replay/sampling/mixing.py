@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import reverb
 import tensorflow as tf
 
+from smart_replay.config import mixable
 from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import items as items_lib
 from smart_replay.sampling import schedule as schedule_lib
@@ -58,7 +59,7 @@ def check_mixable(online: Any, starter: Any, online_spec: Any,
     ValueError: naming the table, the field and both values.
   """
   for side, config in (('online', online), ('starter', starter)):
-    check_drawable(config, f'the {side} table')
+    mixable.check_drawable(config, f'the {side} table')
   for field in ('kind', 'item_length'):
     if getattr(online, field) != getattr(starter, field):
       raise ValueError(
@@ -71,32 +72,6 @@ def check_mixable(online: Any, starter: Any, online_spec: Any,
     raise ValueError(
         'the starter and the online table store different steps: '
         + '; '.join(f'{f}: starter {a}, online {b}' for f, a, b in diffs))
-
-
-def check_drawable(config: Any, what: str) -> None:
-  """Raises ValueError unless elements of `config`'s table can be drawn
-  among another table's (a mix, or shards).
-
-  Args:
-    config: the table's `TableConfig`.
-    what: the table, for the message (e.g. 'the online table').
-
-  Raises:
-    ValueError: for queues, tables that delete sampled items, and tables of
-      packed items.
-  """
-  if config.sampler in ('fifo', 'lifo') or config.max_times_sampled:
-    raise ValueError(
-        f'cannot draw from {what} {config.name!r} (sampler='
-        f'{config.sampler!r}, max_times_sampled={config.max_times_sampled}) '
-        'among another table: queues and tables that delete sampled items '
-        'have an order or a consumption a mix would break. Use uniform or '
-        'prioritized tables.')
-  if config.block_length is not None:
-    raise ValueError(
-        f'cannot draw from {what} {config.name!r} among another table: it '
-        f'holds packed blocks (block_length={config.block_length}); use '
-        'tables of one window per item.')
 
 
 def check_num_steps(num_steps: Optional[int], length: int,

@@ -19,7 +19,7 @@ size and P(i) the probability above, normalized by the batch's largest.
 priority must be updated (`update_priorities`).
 """
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import reverb
@@ -29,27 +29,6 @@ from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import mixing
 from smart_replay.sampling import priorities as priorities_lib
 from smart_replay.utils import checks
-
-
-def check_shards(configs: Sequence[Any]) -> None:
-  """Raises ValueError unless every shard's table has the same config.
-
-  Args:
-    configs: each shard's resolved `TableConfig` of the sampled table.
-
-  Raises:
-    ValueError: naming the shard and the first field that differs.
-  """
-  first = configs[0].to_dict()
-  for index, config in enumerate(configs[1:], start=1):
-    other = config.to_dict()
-    for field in sorted(first):
-      if field != 'max_size' and first[field] != other.get(field):
-        raise ValueError(
-            f'shard {index} serves table {config.name!r} with {field}='
-            f'{other.get(field)!r}, shard 0 with {first[field]!r}; a sharded '
-            'buffer needs one table config on every shard.')
-  mixing.check_drawable(configs[0], 'the sharded table')
 
 
 def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
@@ -144,8 +123,8 @@ def _size(client: reverb.Client, table: str, timeout_s: float) -> int:
 
 def update_priorities(tf_clients: Sequence[reverb.TFClient], config: Any,
                       keys: Any, priorities: Any, shards: Any, *,
-                      priorities_of: Sequence[priorities_lib.Priorities],
-                      serving: tf.Variable, where: List[str]) -> None:
+                      priorities_of: priorities_lib.Priorities,
+                      serving: tf.Variable, where: Sequence[str]) -> None:
   """Sets sampled items' priorities on the shards that hold them.
 
   Args:
@@ -155,11 +134,13 @@ def update_priorities(tf_clients: Sequence[reverb.TFClient], config: Any,
     priorities: `[batch]` new priorities.
     shards: int32 `[batch]` (or `[batch, num_steps]`) shard of each key, as
       `ReplayInfo.source` gives it.
-    priorities_of: each shard's `priorities.Priorities` (their largest
-      priorities are kept per shard).
+    priorities_of: the buffer's `priorities.Priorities`: one largest
+      priority over all shards, as one big table would keep.
     serving: False once the buffer stopped (a traced update then fails).
     where: each shard's address, for messages.
   """
+  if not tf.is_tensor(keys):  # Python ints above 2**63 need uint64 first.
+    keys = np.asarray(keys, np.uint64)
   shards = tf.convert_to_tensor(shards)
   keys = tf.convert_to_tensor(keys)
   priorities = tf.convert_to_tensor(priorities)
@@ -169,7 +150,6 @@ def update_priorities(tf_clients: Sequence[reverb.TFClient], config: Any,
     keys = keys[:, 0]
   for index, client in enumerate(tf_clients):
     mine = tf.equal(shards, index)
-    priorities_of[index].update(
-        client, config, tf.boolean_mask(keys, mine),
-        tf.boolean_mask(priorities, mine), serving=serving,
-        where=where[index])
+    priorities_of.update(client, config, tf.boolean_mask(keys, mine),
+                         tf.boolean_mask(priorities, mine), serving=serving,
+                         where=where[index])

@@ -7,7 +7,7 @@ table's inserts or samples have been blocked; `report` assembles the whole
 
 import collections
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from smart_replay.config import limiter
 
@@ -238,4 +238,39 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
   result = {'tables': tables, 'env_steps': env_steps, 'episodes': episodes}
   for key, attribute in OBSERVER_TOTALS:
     result[key] = observer_total(observers, attribute)
+  return result
+
+
+# Counters a sharded buffer's stats() sums over its shards.
+SHARD_SUMS = ('items', 'stored_items', 'max_size', 'inserts', 'samples',
+              'unique_samples')
+
+
+def add_shards(result: Dict[str, Any], shards: Sequence[Tuple[str, Any]],
+               writer: int) -> Dict[str, Any]:
+  """Adds every shard's tables to a sharded buffer's `stats()`.
+
+  Args:
+    result: `report` of the shard this manager writes to (its observers'
+      pending items included).
+    shards: `(address, table_stats(...))` of every shard, in order.
+    writer: the index of that shard.
+
+  Returns:
+    `result`, with `SHARD_SUMS` summed over the shards in each table and
+    `'shards'`: `[{'address', 'writer', 'tables': {name: table_stats}}]`.
+  """
+  for index, (_, tables) in enumerate(shards):
+    if index == writer:
+      continue
+    for name, counters in tables.items():
+      table = result['tables'][name]
+      for field in SHARD_SUMS:
+        if field == 'stored_items':
+          table[field] += counters['items']
+        elif field in counters and field in table:
+          table[field] += counters[field]
+  result['shards'] = [{'address': address, 'writer': index == writer,
+                       'tables': tables}
+                      for index, (address, tables) in enumerate(shards)]
   return result

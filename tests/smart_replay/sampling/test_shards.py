@@ -15,6 +15,7 @@ import pytest
 import reverb
 import tensorflow as tf
 
+from smart_replay.config import mixable
 from smart_replay.config import tables
 from smart_replay.manager import facade as manager_lib
 from smart_replay.sampling import mixing
@@ -52,7 +53,7 @@ def sharded(tmp_path):
 def _dataset(managers, beta=None, **kwargs):
   sources = [mixing.Source(reverb.Client(m.server_address),
                            m.table_configs[0], beta) for m in managers]
-  shards_lib.check_shards([s.config for s in sources])
+  mixable.check_shards([s.config for s in sources])
   return shards_lib.sharded_dataset(
       sources, data_spec=dist._spec(), train_step=None,  # pylint: disable=protected-access
       batch_size=dist.BATCH, timeout_s=10, **kwargs)
@@ -124,8 +125,8 @@ def test_shards_of_other_configs_are_refused():
              .resolve(capacity=10, sequence_length=2, stride_length=1)]
   with pytest.raises(ValueError, match="shard 1 serves table 'experience' "
                      "with sampler='prioritized'"):
-    shards_lib.check_shards(configs)
+    mixable.check_shards(configs)
   queue = tables.TableConfig(name='q', sampler='fifo').resolve(
       capacity=10, sequence_length=2, stride_length=1)
   with pytest.raises(ValueError, match='queues'):
-    shards_lib.check_shards([queue, queue])
+    mixable.check_shards([queue, queue])

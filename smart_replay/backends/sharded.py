@@ -1,0 +1,180 @@
+"""Client mode over a buffer sharded across several standalone servers.
+
+Each shard is a `smart-replay-serve` of the same spec and tables, on its own
+machine (or port). This backend connects to every shard (a `RemoteBackend`
+each) and checks that they serve one config; the manager's observers write
+to one shard, `writer_shard`, chosen from `RemoteBuffer.actor_id` (stable:
+`actor_id % len(shards)`) or, without one, from the host name and process
+id; `get_dataset` samples every shard as one big table would
+(`sampling.shards`). A checkpoint checkpoints every shard, in parallel.
+"""
+
+import concurrent.futures
+import socket
+import os
+import zlib
+from typing import Any, Callable, ContextManager, Dict, List, Optional
+
+from absl import logging
+
+from smart_replay import errors
+from smart_replay.backends import base
+from smart_replay.backends import remote
+from smart_replay.config import options
+from smart_replay.config import mixable
+from smart_replay.config import record
+
+
+def writer_shard(actor_id: Optional[int], num_shards: int) -> int:
+  """The shard a client's observers write to.
+
+  Args:
+    actor_id: the client's stable id, or None.
+    num_shards: shards of the buffer.
+
+  Returns:
+    `actor_id % num_shards`; without an id, a shard chosen from the host
+    name and process id (stable for the process only).
+  """
+  if actor_id is None:
+    actor_id = zlib.crc32(f'{socket.gethostname()}:{os.getpid()}'.encode())
+  return actor_id % num_shards
+
+
+class ShardedBackend(base.Backend):
+  """Clients of every shard of a sharded buffer.
+
+  Args:
+    data_spec: the local spec of one step.
+    shape: what the client asks for (None fields: the shards').
+    location: the shards' addresses and this client's `actor_id`.
+    timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
+  """
+
+  def __init__(self, data_spec: Any, *, shape: options.BufferShape,
+               location: options.RemoteBuffer, timeouts: options.Timeouts):
+    self.addresses = location.addresses
+    self._shards = [remote.RemoteBackend(
+        data_spec, shape=shape, location=options.RemoteBuffer(
+            address, restart_check_s=location.restart_check_s),
+        timeouts=timeouts) for address in self.addresses]
+    self.writer_shard = writer_shard(location.actor_id, len(self.addresses))
+    self.restart_check_s = location.restart_check_s
+    self.where = f'the {len(self.addresses)} shards {list(self.addresses)}'
+    self.UNSUPPORTED = dict(self._shards[0].UNSUPPORTED)
+    self.config = None
+
+  @property
+  def checkpoint_dir(self) -> Optional[str]:
+    """The writer shard's buffer directory, on its machine, once connected
+    (every shard has its own)."""
+    return self._shards[self.writer_shard].checkpoint_dir
+
+  @property
+  def keep_checkpoints(self) -> Optional[int]:
+    """The writer shard's `keep_checkpoints`, once connected."""
+    return self._shards[self.writer_shard].keep_checkpoints
+
+  def connect(self) -> base.Started:
+    """Connects to every shard and checks they serve one config.
+
+    Returns:
+      What was started: the writer shard's client, and every shard's.
+
+    Raises:
+      ServerUnavailableError: naming a shard that does not answer.
+      ManifestMismatchError: if a shard's config differs from the local
+        spec or from the other shards'.
+    """
+    started = []
+    try:
+      for shard in self._shards:
+        started.append(shard.connect())
+      self._check_same_config(started)
+    except BaseException:
+      self.stop()
+      raise
+    self.config = started[0].config
+    logging.info('Connected to a buffer sharded over %s; this client writes '
+                 'to shard %d (%s).', list(self.addresses), self.writer_shard,
+                 self.addresses[self.writer_shard])
+    mine = started[self.writer_shard]
+    return base.Started(mine.client, mine.config, mine.server,
+                        shards=tuple(s.client for s in started))
+
+  def _check_same_config(self, started: List[base.Started]) -> None:
+    first = started[0].config
+    for index, other in enumerate(started[1:], start=1):
+      diffs = [d for d in record.diff_config(
+          first.to_manifest(), other.config.to_manifest())
+               if d[0] not in ('capacity',) and 'max_size' not in d[0]]
+      if diffs:
+        raise errors.ManifestMismatchError(
+            f'shard {index} ({self.addresses[index]}) serves another buffer '
+            f'than shard 0 ({self.addresses[0]}):\n'
+            + record.format_differences(diffs, 'shard 0', f'shard {index}'),
+            diffs)
+    for name in first.table_names:
+      mixable.check_shards([s.config.table(name) for s in started])
+
+  def existing_checkpoints(self) -> List[str]:
+    """Every shard's `ckpt-N` folders, as '<shard address> <path>'."""
+    return [f'{address} {path}'
+            for address, shard in zip(self.addresses, self._shards)
+            for path in shard.existing_checkpoints()]
+
+  def checkpoint(self, *, extra: Optional[Dict[str, Any]],
+                 counts: Callable[[], Dict[str, Any]],
+                 flush: Callable[[], None],
+                 starter: Optional[Dict[str, Any]] = None) -> str:
+    """Flushes the observers, then has every shard checkpoint (in parallel).
+
+    Args:
+      extra: user metadata for each shard's manifest.
+      counts: unused: the servers count what they save.
+      flush: flushes the manager's observers.
+      starter: unused (client mode serves no starter).
+
+    Returns:
+      '<shard address> <checkpoint folder>' of every shard, one per line.
+
+    Raises:
+      ServerUnavailableError: naming a shard that did not answer in time.
+    """
+    flush()
+    with concurrent.futures.ThreadPoolExecutor(len(self._shards)) as pool:
+      paths = list(pool.map(lambda shard: shard.checkpoint(
+          extra=extra, counts=counts, flush=lambda: None), self._shards))
+    return '\n'.join(f'{address} {path}'
+                     for address, path in zip(self.addresses, paths))
+
+  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
+                    ) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}` over every shard.
+
+    Args:
+      pause: unused: the servers take the snapshots.
+
+    Returns:
+      The counts per table and item (keys are unique across shards).
+    """
+    merged = {}
+    for shard in self._shards:
+      for table, per_item in shard.times_sampled(pause=pause).items():
+        merged.setdefault(table, {}).update(per_item)
+    return merged
+
+  def shard_stats(self) -> List[Dict[str, Any]]:
+    """Each shard's address and Reverb table sizes, for `stats()`."""
+    return [{'address': address, 'writer': index == self.writer_shard}
+            for index, address in enumerate(self.addresses)]
+
+  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
+    """Whether the writer shard was restarted (the only one this client's
+    observers can have lost items on); see `RemoteBackend.restarted`."""
+    return self._shards[self.writer_shard].restarted(patient=patient)
+
+  def stop(self) -> None:
+    """Closes every shard's control channel; the servers keep running."""
+    for shard in self._shards:
+      shard.stop()

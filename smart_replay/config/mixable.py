@@ -1,0 +1,53 @@
+"""Which tables can be drawn from together: a mix (a buffer's own table and
+a starter's) or the shards of one table. Queues, tables that delete what is
+sampled and tables of packed items cannot; shards must share one config.
+"""
+
+from typing import Any, Sequence
+
+
+def check_drawable(config: Any, what: str) -> None:
+  """Raises ValueError unless elements of `config`'s table can be drawn
+  among another table's (a mix, or shards).
+
+  Args:
+    config: the table's `TableConfig`.
+    what: the table, for the message (e.g. 'the online table').
+
+  Raises:
+    ValueError: for queues, tables that delete sampled items, and tables of
+      packed items.
+  """
+  if config.sampler in ('fifo', 'lifo') or config.max_times_sampled:
+    raise ValueError(
+        f'cannot draw from {what} {config.name!r} (sampler='
+        f'{config.sampler!r}, max_times_sampled={config.max_times_sampled}) '
+        'among another table: queues and tables that delete sampled items '
+        'have an order or a consumption a mix would break. Use uniform or '
+        'prioritized tables.')
+  if config.block_length is not None:
+    raise ValueError(
+        f'cannot draw from {what} {config.name!r} among another table: it '
+        f'holds packed blocks (block_length={config.block_length}); use '
+        'tables of one window per item.')
+
+
+def check_shards(configs: Sequence[Any]) -> None:
+  """Raises ValueError unless every shard's table has the same config.
+
+  Args:
+    configs: each shard's resolved `TableConfig` of the sampled table.
+
+  Raises:
+    ValueError: naming the shard and the first field that differs.
+  """
+  first = configs[0].to_dict()
+  for index, config in enumerate(configs[1:], start=1):
+    other = config.to_dict()
+    for field in sorted(first):
+      if field != 'max_size' and first[field] != other.get(field):
+        raise ValueError(
+            f'shard {index} serves table {config.name!r} with {field}='
+            f'{other.get(field)!r}, shard 0 with {first[field]!r}; a sharded '
+            'buffer needs one table config on every shard.')
+  check_drawable(configs[0], 'the sharded table')
