@@ -85,7 +85,8 @@ def train_eval(root_dir: str, *, starter_steps: int, num_iterations: int,
       q_network=q_network.QNetwork(observation_spec, action_spec,
                                    fc_layer_params=(64, 64)),
       optimizer=tf.keras.optimizers.Adam(1e-3), epsilon_greedy=0.1,
-      target_update_period=100, td_errors_loss_fn=common.element_wise_huber_loss,
+      target_update_period=100,
+      td_errors_loss_fn=common.element_wise_huber_loss,
       train_step_counter=train_step)
   agent.initialize()
 
@@ -130,4 +131,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2 (as the smart-replay-* commands).
+  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.

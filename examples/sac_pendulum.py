@@ -135,4 +135,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2 (as the smart-replay-* commands).
+  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.

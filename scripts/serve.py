@@ -38,7 +38,8 @@ from smart_replay.remote import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
-                    'collect_data_spec saved with smart_replay.spec.specs.save_spec.')
+                    'collect_data_spec saved with '
+                    'smart_replay.spec.specs.save_spec.')
 flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '

@@ -21,8 +21,8 @@ batch, with a fixed or annealed fraction (the `mixing` subpackage)::
 the `integrations` package.) Everything else is importable for advanced use;
 the packages follow the data flow, each importing only those below it:
 `utils`, `spec`, `config`, `storage`, `server`, `backends`, `writing`,
-`sampling`, `manager`, `integrations`, `remote`, `tools`, `apps`. The public names load on first use, so `import
-smart_replay` does not load TensorFlow.
+`sampling`, `manager`, `integrations`, `remote`, `tools`, `apps`. The public
+names load on first use, so `import smart_replay` does not load TensorFlow.
 """
 
 import importlib

@@ -44,7 +44,8 @@ class StarterShare:
     sampled: the [2] int64 counts `sampling.mixing.count_sources` adds to.
   """
 
-  def __init__(self, schedule: schedule_lib.FractionSchedule, sampled: tf.Variable):
+  def __init__(self, schedule: schedule_lib.FractionSchedule,
+               sampled: tf.Variable):
     self._schedule, self._sampled = schedule, sampled
     self._last = np.asarray(sampled.numpy())
 

@@ -1,4 +1,5 @@
-"""`ReplayBufferManager`: a Reverb replay buffer for TF-Agents that keeps its word.
+"""`ReplayBufferManager`: a Reverb replay buffer for TF-Agents that keeps its
+word.
 
 It never restores a checkpoint silently or lets its stored config override
 the requested one, never stores a step that does not match the spec, never

@@ -40,4 +40,5 @@ def check_observer_arguments(tables: Sequence[Any], *,
                      f'priority 0 is never sampled), got {priority!r}.')
   checks.positive('timeout_s', timeout_s)
   checks.positive('reconnect_timeout_s', reconnect_timeout_s)
-  step_validation.check_optional_count('chunk_length', chunk_length, 'automatic')
+  step_validation.check_optional_count('chunk_length', chunk_length,
+                                       'automatic')
