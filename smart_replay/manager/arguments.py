@@ -135,9 +135,10 @@ def _location(given: Optional[options_lib.Location], shape: Any,
     location = options_lib.RemoteBuffer(
         **{f: flat[f] for f in _REMOTE if f in flat})
   else:
-    if 'control_address' in flat:
-      raise ValueError(f'control_address={flat["control_address"]!r} is for '
-                       'client mode; give server_address= too.')
+    remote_only = [f'{f}={flat[f]!r}' for f in _REMOTE if f in flat]
+    if remote_only:
+      raise ValueError(f'{", ".join(remote_only)}: for client mode; give '
+                       'server_address= too.')
     if shape.capacity is None or flat.get('checkpoint_dir') is None:
       raise ValueError(
           f'capacity ({shape.capacity!r}) and checkpoint_dir '

@@ -128,6 +128,7 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused_by_the_constructor(
      'names must be unique'),
     ({'num_envs': 1.5}, 'num_envs must be a positive integer'),
     ({'non_finite': 'ignore'}, "non_finite must be one of"),
+    ({'actor_id': 2}, r'actor_id=2: for client mode'),
     ({'layout': 'rows'}, r"layout must be one of \('columns', 'packed'\) or "
      "None, got 'rows'"),
 ])
