@@ -18,6 +18,9 @@
   cost of a checkpoint), and `manager.stats()` does not report them;
 - `env_steps`, `episodes`: steps and finished episodes written through the
   buffer's observers;
+- `shard<k>/items`, `shard<k>/inserts`, `shard<k>/samples`: each shard of a
+  sharded buffer (client mode over several servers; the first table), beside
+  the sums above.
 - `starter/items`: the items of a manager's read-only starter table (see
   `smart_replay.mixing`), when it has one.
 """
@@ -61,6 +64,11 @@ def buffer_scalars(manager: Any) -> Dict[str, float]:
         [f'buffer/{name}'] if len(tables) > 1 else [])
     for prefix in prefixes:
       scalars.update({f'{prefix}/{k}': v for k, v in values.items()})
+  first = next(iter(tables))
+  for index, shard in enumerate(stats.get('shards', ())):
+    for field in ('items', 'inserts', 'samples'):
+      scalars[f'buffer/shard{index}/{field}'] = float(
+          shard['tables'][first][field])
   starter = getattr(manager, 'starter', None)
   if starter is not None:  # A read-only starter table mixed into batches.
     scalars['buffer/starter/items'] = float(starter.items)

@@ -13,6 +13,7 @@ import pytest
 
 import smart_replay
 from smart_replay.backends import sharded
+from smart_replay.integrations import summaries
 from smart_replay.remote import replay_server as serve
 from tests import testing
 from tests.smart_replay.remote import remote_workers
@@ -67,6 +68,10 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
         written[0], written[1], written[2]]
     assert stats['tables']['experience']['items'] == sum(written.values())
     assert learner.num_frames() == sum(written.values())
+    scalars = summaries.buffer_scalars(learner)
+    assert [scalars[f'buffer/shard{s}/items'] for s in range(3)] == [
+        written[0], written[1], written[2]]
+    assert scalars['buffer/items'] == sum(written.values())
     sources = collections.Counter()
     batches = iter(learner.get_dataset(batch_size=64, num_steps=2))
     for _ in range(40):
