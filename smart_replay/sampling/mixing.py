@@ -148,7 +148,10 @@ def mixed_dataset(online: Source, starter: Source, *, data_spec: Any,
     share = tf.cast(schedule.tensor(train_step), tf.float32)
     return tf.stack([1.0 - share, share])  # Indexed by ReplayInfo.source.
 
-  choices = tf.data.Dataset.from_tensors(0).repeat().map(weights)
+  # The weights are made once per batch (the schedule moves with the train
+  # step, once per batch), not once per element.
+  choices = tf.data.Dataset.from_tensors(0).repeat().map(
+      lambda _: tf.repeat(weights(_)[None], batch_size, 0)).unbatch()
   mixed = tf.data.Dataset.sample_from_datasets(streams, weights=choices,
                                                stop_on_empty_dataset=True)
   betas = (online.beta, starter.beta)
