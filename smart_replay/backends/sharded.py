@@ -10,8 +10,8 @@ id; `get_dataset` samples every shard as one big table would
 """
 
 import concurrent.futures
-import socket
 import os
+import socket
 import zlib
 from typing import Any, Callable, ContextManager, Dict, List, Optional
 
@@ -20,8 +20,8 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.backends import base
 from smart_replay.backends import remote
-from smart_replay.config import options
 from smart_replay.config import mixable
+from smart_replay.config import options
 from smart_replay.config import record
 
 
@@ -163,11 +163,6 @@ class ShardedBackend(base.Backend):
       for table, per_item in shard.times_sampled(pause=pause).items():
         merged.setdefault(table, {}).update(per_item)
     return merged
-
-  def shard_stats(self) -> List[Dict[str, Any]]:
-    """Each shard's address and Reverb table sizes, for `stats()`."""
-    return [{'address': address, 'writer': index == self.writer_shard}
-            for index, address in enumerate(self.addresses)]
 
   def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
     """Whether the writer shard was restarted (the only one this client's
