@@ -88,21 +88,23 @@ class Reporting:
     """
     running = self._running()
     counts = running.counts
+    timeout_s = self._options.timeouts.connect_timeout_s
+    # A sharded buffer: every shard's server_info, asked once each; the
+    # writer shard's (with this process's observers) is the report's base.
+    clients = [client for client, _ in running.shards] or [running.client]
+    infos = [server_lib.server_info(client, timeout_s) for client in clients]
+    writer = clients.index(running.client)
     result = stats_lib.report(
-        running.config.tables,
-        running.server_info(self._options.timeouts.connect_timeout_s),
-        blocked=counts.blocked, observers=running.observers,
+        running.config.tables, infos[writer], blocked=counts.blocked,
+        observers=running.observers,
         priority_of=counts.priorities.new_item_priority,
         env_steps=counts.env_steps(running.observers),
         episodes=counts.episodes(running.observers))
-    if running.shards:  # A sharded buffer: every shard's tables, summed.
-      timeout_s = self._options.timeouts.connect_timeout_s
+    if running.shards:  # Every shard's tables, summed.
       result = stats_lib.add_shards(result, [
           (client.server_address, stats_lib.table_stats(
-              server_lib.server_info(client, timeout_s),
-              running.config.table_names))
-          for client, _ in running.shards], writer=[
-              c for c, _ in running.shards].index(running.client))
+              info, running.config.table_names))
+          for client, info in zip(clients, infos)], writer=writer)
     if times_sampled:
       sampled = {name: {} for name in result['tables']}
       sampled.update(self._backend.times_sampled(

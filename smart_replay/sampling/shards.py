@@ -25,6 +25,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from smart_replay.config import mixable
 from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import mixing
 from smart_replay.sampling import priorities as priorities_lib
@@ -60,12 +61,15 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
     the shard index of each element.
 
   Raises:
-    ValueError: if an argument is invalid (names it and its value).
+    ValueError: if an argument is invalid (names it and its value), or the
+      shards' tables differ or cannot be drawn from together
+      (`mixable.check_shards`).
   """
   checks.positive('batch_size', batch_size, integer=True)
   checks.positive('timeout_s', timeout_s)
   if len(shards) < 1:
     raise ValueError(f'shards must hold at least one shard, got {shards!r}.')
+  mixable.check_shards([side.config for side in shards])
   config = shards[0].config
   length, variable = config.item_length, config.kind == 'episode'
   num_steps = mixing.check_num_steps(num_steps, length, variable)
@@ -113,10 +117,8 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
     else:
       share = tf.gather(masses / tf.reduce_sum(masses), source)
       probability = share * tf.cast(info.probability, tf.float64)
-      raw = dataset_lib.raw_importance_weights(
-          probability, tf.fill(tf.shape(probability),
-                               tf.reduce_sum(table_sizes)), beta())
-      weight = tf.cast(raw / tf.reduce_max(raw), tf.float32)
+      weight = dataset_lib.importance_weights(
+          probability, tf.reduce_sum(table_sizes), beta())
     return dataset_lib.batch_output(data, info, mask, weight, source,
                                     decode=decode,
                                     as_train_kwargs=as_train_kwargs)

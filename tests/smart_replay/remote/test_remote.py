@@ -299,11 +299,12 @@ def _served_writer(served, checkpoint_dir, **client_kwargs):
   return server, manager, observer
 
 
-def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
-  checkpoint_dir = str(tmp_path / 'buffer')
-  server, manager, observer = _served_writer(
-      served, checkpoint_dir, write_timeout_s=2.0, reconnect_timeout_s=120.0)
-  steps = _long_episode_steps(36)
+def _kill_after_unsaved_items(served, checkpoint_dir, steps, **client_kwargs):
+  """A client writes `steps[:10]`, checkpoints, writes `steps[10:16]`
+  (confirmed, not saved), then the server is killed; returns `(server,
+  manager, observer)`."""
+  server, manager, observer = _served_writer(served, checkpoint_dir,
+                                             **client_kwargs)
   try:
     for step in steps[:10]:
       observer(step)
@@ -314,6 +315,19 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
     _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
         'inserts') == 15, 'the server to record its 15 inserts')
     server.stop(signal.SIGKILL)
+  except BaseException:
+    manager.close()
+    raise
+  return server, manager, observer
+
+
+def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
+  checkpoint_dir = str(tmp_path / 'buffer')
+  steps = _long_episode_steps(36)
+  server, manager, observer = _kill_after_unsaved_items(
+      served, checkpoint_dir, steps, write_timeout_s=2.0,
+      reconnect_timeout_s=120.0)
+  try:
     for step in steps[16:36]:  # Items (16,17).. reference a lost chunk.
       observer(step)
     restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
@@ -337,18 +351,8 @@ def _restart_after_a_checkpoint(served, checkpoint_dir, **client_kwargs):
   """A client writes 10 steps, checkpoints, writes 6 more (confirmed, not
   saved); the server is killed and restarted, and nothing is written while it
   is down, so no write waits for it."""
-  server, manager, observer = _served_writer(served, checkpoint_dir,
-                                             **client_kwargs)
-  steps = _long_episode_steps(16)
-  for step in steps[:10]:
-    observer(step)
-  manager.checkpoint()  # Holds items (1,2)..(9,10).
-  for step in steps[10:16]:
-    observer(step)
-  observer.flush()  # Confirmed by the server, but in no checkpoint.
-  _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
-      'inserts') == 15, 'the server to record its 15 inserts')
-  server.stop(signal.SIGKILL)
+  server, manager, observer = _kill_after_unsaved_items(
+      served, checkpoint_dir, _long_episode_steps(16), **client_kwargs)
   restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
   assert 'at least 6 item(s) it inserted after' in restarted.log()
   return manager, observer
