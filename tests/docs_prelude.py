@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any, Dict, Iterable
+from typing import Any, Dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE_NAMES = ('agent', 'env', 'collect_policy', 'train_step', 'root_dir')
@@ -119,8 +119,3 @@ def context(code: str) -> Dict[str, Any]:
 def needs_server(code: str) -> bool:
   """Whether the blocks talk to a standalone server ('buffer-host:8000')."""
   return 'buffer-host:8000' in code
-
-
-def spec_names() -> Iterable[str]:
-  """The names `context` may define."""
-  return CARTPOLE_NAMES + ('atari_agent',)

@@ -255,7 +255,6 @@ class Timeouts:
 
 
 Location = Union[LocalBuffer, RemoteBuffer]
-GROUPS = (BufferShape, LocalBuffer, RemoteBuffer, WriteOptions, Timeouts)
 
 
 def field_names(group: type) -> Tuple[str, ...]:
