@@ -17,6 +17,7 @@ from typing import Callable, List, Tuple
 from absl import logging
 
 from smart_replay import errors
+from smart_replay.storage import coordinated
 from smart_replay.storage import durable
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import layout
@@ -312,7 +313,8 @@ class CheckpointStore:
     return True
 
   def prune(self) -> None:
-    """Keeps the newest `keep` checkpoints that verify.
+    """Keeps the newest `keep` checkpoints that verify, and apart from them
+    the newest `keep` of coordinated checkpoints (see `coordinated`).
 
     A checkpoint that does not verify is never counted as kept: it is set
     aside to `orphaned/` (bounded, see `durable.set_aside`), so retention
@@ -322,13 +324,15 @@ class CheckpointStore:
     Raises:
       OSError: if moving or deleting fails.
     """
-    good = 0
+    kept = {False: 0, True: 0}  # Scheduled and coordinated, apart.
     for path in reversed(self.checkpoints()):
       if not self.is_good(path):
         durable.set_aside(self.root, path, reason='it does not verify')
         self._good.pop(path, None)
-      elif good < self.keep:
-        good += 1
+        continue
+      group = coordinated.is_coordinated(layout.read_manifest(path))
+      if kept[group] < self.keep:
+        kept[group] += 1
       else:
         durable.remove_tree(path)
         self._good.pop(path, None)

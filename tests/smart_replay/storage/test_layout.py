@@ -8,6 +8,7 @@ import reverb
 import tensorflow as tf
 
 from smart_replay import errors
+from smart_replay.storage import coordinated
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import layout as checkpoints
 from smart_replay.storage import manifest as manifest_lib
@@ -34,10 +35,11 @@ def _reverb_checkpoint(root, num_items):
   return path
 
 
-def _commit(store, num_items):
+def _commit(store, num_items, extra=None):
   path = _reverb_checkpoint(store.prepare_reverb_root(), num_items)
   return store.commit(path, lambda name, files: manifest_lib.build_manifest(
-      {'n': num_items}, counts={}, files=files, checkpoint_name=name))
+      {'n': num_items}, counts={}, files=files, checkpoint_name=name,
+      extra=extra))
 
 
 def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
@@ -52,6 +54,18 @@ def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
   manifest = checkpoints.verify(paths[2])
   assert manifest['n'] == 3 and manifest['checkpoint'] == 'ckpt-000003'
   assert checkpoint_files.count_items(paths[2]) == {'t': 3}
+
+
+def test_coordinated_checkpoints_are_kept_apart_from_scheduled_ones(tmp_path):
+  store = checkpoint_store.CheckpointStore(str(tmp_path), keep=2)
+  tag = lambda n: {coordinated.EXTRA_KEY: f'20261126T0600{n:02d}Z-0000000{n}'}
+  first = _commit(store, 1, extra=tag(1))
+  second = _commit(store, 2, extra=tag(2))
+  scheduled = [_commit(store, n) for n in (3, 4, 5)]
+  # Three scheduled saves since: the two coordinated ones are still there.
+  assert store.checkpoints() == [first, second] + scheduled[1:]
+  third = _commit(store, 6, extra=tag(3))
+  assert store.checkpoints() == [second] + scheduled[1:] + [third]
 
 
 def test_verify_detects_damage_and_missing_manifest(tmp_path):
