@@ -52,15 +52,16 @@ def describe_instance(*, restored_checkpoint: Optional[str],
           'restart_loss': restart_loss}
 
 
-def control_handlers(manager: manager_lib.ReplayBufferManager, *,
-                     instance: Dict[str, Any],
+def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
+                     *, instance: Dict[str, Any],
                      checkpoint: Callable[..., str]
                      ) -> Dict[str, control_lib.Handler]:
   """The control service's methods for a served buffer.
 
   Args:
-    manager: the served buffer's manager.
-    instance: `describe_instance()` of this process.
+    served: gives the served buffer's manager (a new one after a reload).
+    instance: `describe_instance()` of the serving instance (updated in
+      place at a reload).
     checkpoint: writes a checkpoint; called with `extra=` and `reason=`.
 
   Returns:
@@ -69,6 +70,7 @@ def control_handlers(manager: manager_lib.ReplayBufferManager, *,
 
   def info(request: Dict[str, Any]) -> Dict[str, Any]:
     del request
+    manager = served()
     return {'config': manager.buffer_config,
             'checkpoint_dir': manager.checkpoint_dir,
             'keep_checkpoints': manager.keep_checkpoints,
@@ -80,7 +82,7 @@ def control_handlers(manager: manager_lib.ReplayBufferManager, *,
 
   def times_sampled(request: Dict[str, Any]) -> Dict[str, Any]:
     del request
-    tables = manager.stats(times_sampled=True)['tables']
+    tables = served().stats(times_sampled=True)['tables']
     return {name: {str(key): n for key, n in t['times_sampled'].items()}
             for name, t in tables.items()}
 

@@ -21,7 +21,9 @@ import gin
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
+from smart_replay.remote import coordination
 from smart_replay.remote import handlers
+from smart_replay.remote import opening
 from smart_replay.remote import schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
@@ -30,14 +32,6 @@ from smart_replay.utils import checks
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
 
-SECURITY_WARNING = (
-    'SECURITY: Reverb (port {port}) and the control service (port '
-    '{control_port}) listen on ALL network interfaces, with no '
-    'authentication and no encryption. Anyone who can reach these ports can '
-    'read, write, delete and checkpoint this buffer. Serve on one machine '
-    '(clients use localhost) or on a private network, or reach it through '
-    'an SSH tunnel or VPN; never expose these ports to the internet '
-    '(README: "Security").')
 
 
 @gin.configurable
@@ -102,10 +96,12 @@ class ReplayServer:
     self._on_existing = on_existing
     self._control = None
     self._last_log = None  # (time, stats) of the previous status line.
-    self._lock = threading.Lock()
+    # Held by checkpoints, polls and reloads (control threads and the poll
+    # loop reach them).
+    self._lock = threading.RLock()
     self._started = self._closed = False
     self._restart_loss = None
-    self._recorded_inserts = None
+    self._recorder = serving_record.Recorder(manager.checkpoint_dir)
     self._instance = None
 
   def start(self) -> 'ReplayServer':
@@ -126,29 +122,12 @@ class ReplayServer:
       raise errors.ManagerStateError('this ReplayServer is already started.')
     manager = self._manager
     previous = serving_record.read(manager.checkpoint_dir)
-    existing = manager.existing_checkpoints()
-    if existing and self._on_existing == 'refuse':
-      raise errors.CheckpointExistsError(
-          f'{manager.checkpoint_dir} already holds checkpoints ({existing[-1]});'
-          " pass on_existing='resume' to continue them or 'overwrite' to "
-          'start empty.')
-    resumed = False
-    if self._on_existing == 'resume':
-      try:  # Also when only an interrupted first commit is there to adopt.
-        manager.load_replay_buffer()
-        resumed = True
-      except errors.CheckpointNotFoundError:
-        pass
     schedule = self._schedule
-    if resumed:
+    if opening.open_buffer(manager, on_existing=self._on_existing):
       schedule.record(manager.loaded_checkpoint,
                       schedule_lib.saved_counts(manager.loaded_checkpoint),
                       time.monotonic())
-      logging.info('Resumed %s: %s items.', schedule.last_checkpoint,
-                   {n: t['items'] for n, t in
-                    manager.loaded_manifest['counts']['tables'].items()})
     else:
-      manager.create_replay_buffer(overwrite=bool(existing))
       schedule.last_counts = (0, 0)
     self._started = True
     restored = schedule.last_checkpoint
@@ -163,17 +142,19 @@ class ReplayServer:
     try:
       port = int(manager.server_address.rpartition(':')[2])
       self._control = control_lib.ControlServer(
-          handlers.control_handlers(manager, instance=self._instance,
-                                    checkpoint=self.checkpoint),
+          {**handlers.control_handlers(lambda: self._manager,
+                                       instance=self._instance,
+                                       checkpoint=self.checkpoint),
+           **coordination.coordination_handlers(self)},
           port=self._control_port or control_lib.default_control_port(port))
     except BaseException:
       self.close(final_checkpoint=False)
       raise
     schedule.last_time = time.monotonic()
     self._last_log = (time.monotonic(), manager.stats())
-    self._record(schedule_lib.total_counts(self._last_log[1])[0], clean=False)
-    logging.warning(SECURITY_WARNING.format(port=port,
-                                            control_port=self._control.port))
+    self._recorder.update(schedule_lib.total_counts(self._last_log[1])[0])
+    logging.warning(status.SECURITY_WARNING.format(
+        port=port, control_port=self._control.port))
     return self
 
   @property
@@ -211,16 +192,6 @@ class ReplayServer:
     """The newest checkpoint written or resumed (None before the first)."""
     return self._schedule.last_checkpoint
 
-  def _record(self, inserts: int, *, clean: bool) -> None:
-    """Updates `serving_record` (a failure is logged: serving goes on)."""
-    try:
-      serving_record.write(self._manager.checkpoint_dir, inserts=inserts,
-                           clean=clean)
-      self._recorded_inserts = inserts
-    except OSError as e:
-      logging.warning('Could not update %s (%s); a crash now would be '
-                      'counted short.', serving_record.RECORD_FILE, e)
-
   def checkpoint(self, *, extra: Optional[Dict[str, Any]] = None,
                  reason: str = 'requested') -> str:
     """Writes a checkpoint now (see `ReplayBufferManager.checkpoint`).
@@ -235,14 +206,46 @@ class ReplayServer:
     Raises:
       WaitTimeoutError, CheckpointCorruptError: if writing fails.
     """
-    started = time.monotonic()
-    path = self._manager.checkpoint(extra=extra)
-    counts, done = schedule_lib.saved_counts(path), time.monotonic()
-    with self._lock:  # Control threads and the poll loop both get here.
+    with self._lock:
+      started = time.monotonic()
+      path = self._manager.checkpoint(extra=extra)
+      counts, done = schedule_lib.saved_counts(path), time.monotonic()
       self._schedule.record(path, counts, done, duration_s=done - started)
     logging.info('Checkpoint %s (%s) in %.1f s: %s inserts, %s samples in all.',
                  path, reason, done - started, *counts)
     return path
+
+  def reload(self, path: str, *, reason: str) -> str:
+    """Restores this buffer's checkpoint `path` in place, then checkpoints
+    (so a later restart resumes this state); see `opening.restore`.
+
+    Args:
+      path: one of this buffer's `ckpt-N` folders.
+      reason: why, for the log.
+
+    Returns:
+      The checkpoint written after the restore.
+
+    Raises:
+      ManagerStateError: if not serving.
+      CheckpointCorruptError, CheckpointNotFoundError: if `path` cannot be
+        loaded (the newest usable checkpoint is then served).
+    """
+    with self._lock:
+      if not self._started or self._closed:
+        raise errors.ManagerStateError('the ReplayServer is not serving.')
+      self._manager, failure, self._restart_loss = opening.restore(
+          self._manager, path, reason=reason)
+      loaded = self._manager.loaded_checkpoint
+      self._schedule.record(loaded, schedule_lib.saved_counts(loaded),
+                            time.monotonic())
+      self._instance.update(handlers.describe_instance(
+          restored_checkpoint=loaded, restart_loss=self._restart_loss,
+          restored_manifest=self._manager.loaded_manifest))
+      self._last_log = (time.monotonic(), self._manager.stats())
+      if failure:
+        raise failure
+      return self.checkpoint(reason=f'after restoring {reason}')
 
   def poll(self) -> Optional[str]:
     """Writes a scheduled checkpoint and a status line if they are due.
@@ -257,6 +260,10 @@ class ReplayServer:
     Raises:
       ManagerStateError: if the server is closed.
     """
+    with self._lock:
+      return self._poll()
+
+  def _poll(self) -> Optional[str]:
     now, path = time.monotonic(), None
     try:
       stats = self._manager.stats()
@@ -268,8 +275,7 @@ class ReplayServer:
     reason = self._schedule.due((inserts, samples), now)
     if reason:
       path = self._scheduled_checkpoint(reason, now)
-    if inserts != self._recorded_inserts:
-      self._record(inserts, clean=False)
+    self._recorder.update(inserts)
     if now - self._last_log[0] >= self._log_every_s:
       logging.info('%s', self.status_line(stats, now))
       self._last_log = (now, stats)
@@ -364,25 +370,15 @@ class ReplayServer:
     finally:
       if self._control is not None:
         self._control.stop()
-      self._record_stop()
+      if self._started:
+        self._recorder.stopped(
+            lambda: schedule_lib.total_counts(self._manager.stats())[0],
+            saved=(self._schedule.last_counts[0]
+                   if self._schedule.last_checkpoint else None))
       self._manager.close()
     if failure:
       raise failure
     return self._schedule.last_checkpoint
-
-  def _record_stop(self) -> None:
-    """Marks the serving record clean if the last checkpoint holds every
-    insert (else the next start counts what is lost)."""
-    if not self._started:
-      return
-    try:
-      inserts = schedule_lib.total_counts(self._manager.stats())[0]
-    except errors.SmartReplayError as e:
-      logging.warning('Could not read the final insert count: %s', e)
-      return
-    last = self._schedule
-    self._record(inserts, clean=last.last_checkpoint is not None and
-                 inserts == last.last_counts[0])
 
   def __enter__(self) -> 'ReplayServer':
     """Starts the server (see `start`)."""

@@ -17,9 +17,11 @@ import datetime
 import json
 import os
 import socket
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from absl import logging
+
+from smart_replay import errors
 
 RECORD_FILE = '.serving.json'
 
@@ -43,6 +45,72 @@ def write(directory: str, *, inserts: int, clean: bool) -> None:
   with open(path + '.tmp', 'w') as f:
     json.dump(record, f)
   os.replace(path + '.tmp', path)
+
+
+class Recorder:
+  """Keeps the record of one serving process up to date.
+
+  Args:
+    directory: the buffer directory.
+  """
+
+  def __init__(self, directory: str):
+    self.directory = directory
+    self.inserts = None  # The insert counter recorded last.
+
+  def update(self, inserts: int, *, clean: bool = False) -> None:
+    """Records `inserts` if it changed (or `clean`); a failure is logged:
+    serving goes on.
+
+    Args:
+      inserts: the tables' total insert counter now.
+      clean: the server stopped after a final checkpoint holding them all.
+    """
+    if inserts == self.inserts and not clean:
+      return
+    try:
+      write(self.directory, inserts=inserts, clean=clean)
+      self.inserts = inserts
+    except OSError as e:
+      logging.warning('Could not update %s (%s); a crash now would be '
+                      'counted short.', RECORD_FILE, e)
+
+  def stopped(self, read_inserts: Callable[[], int], *,
+              saved: Optional[int]) -> None:
+    """Records the final insert counter: clean if the last checkpoint holds
+    every insert (else the next start counts what is lost).
+
+    Args:
+      read_inserts: reads the tables' total insert counter.
+      saved: the insert counter the last checkpoint holds (None: none).
+    """
+    try:
+      inserts = read_inserts()
+    except errors.SmartReplayError as e:
+      logging.warning('Could not read the final insert count: %s', e)
+      return
+    self.update(inserts, clean=saved is not None and inserts == saved)
+
+
+def reloaded(*, inserts: int, restored_inserts: int,
+             checkpoint: str) -> Dict[str, Any]:
+  """What restoring an older checkpoint in place drops, as `lost_since`
+  reports a crash's loss.
+
+  Args:
+    inserts: the total insert counter before the restore.
+    restored_inserts: the one the restored checkpoint holds.
+    checkpoint: the restored checkpoint.
+
+  Returns:
+    `{'lost_items', 'checkpoint', 'previous_pid', 'previous_host',
+    'last_seen'}`.
+  """
+  return {'lost_items': max(0, int(inserts) - int(restored_inserts)),
+          'checkpoint': checkpoint, 'previous_pid': os.getpid(),
+          'previous_host': socket.gethostname(),
+          'last_seen': datetime.datetime.now(datetime.timezone.utc).isoformat(
+              timespec='seconds')}
 
 
 def read(directory: str) -> Optional[Dict[str, Any]]:

@@ -10,6 +10,15 @@ from typing import Any, Dict, Optional
 
 from smart_replay.remote import schedule as schedule_lib
 
+SECURITY_WARNING = (
+    'SECURITY: Reverb (port {port}) and the control service (port '
+    '{control_port}) listen on ALL network interfaces, with no '
+    'authentication and no encryption. Anyone who can reach these ports can '
+    'read, write, delete and checkpoint this buffer. Serve on one machine '
+    '(clients use localhost) or on a private network, or reach it through '
+    'an SSH tunnel or VPN; never expose these ports to the internet '
+    '(README: "Security").')
+
 
 def status_line(*, address: str, stats: Dict[str, Any],
                 before: Dict[str, Any], elapsed_s: float,

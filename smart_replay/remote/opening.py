@@ -1,0 +1,115 @@
+"""How a `ReplayServer` starts its buffer: open it, or reopen a checkpoint.
+
+`open_buffer` creates the buffer or resumes its newest verified checkpoint
+(as `on_existing` says); `reopen` restarts a served buffer from one of its
+checkpoints, on the same port (a coordinated restore of a sharded buffer).
+"""
+
+from typing import Any, Dict, Optional, Tuple
+
+from absl import logging
+
+from smart_replay import errors
+from smart_replay.manager import facade as manager_lib
+from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import serving_record
+
+
+def open_buffer(manager: manager_lib.ReplayBufferManager, *,
+                on_existing: str) -> bool:
+  """Creates the buffer, or resumes its newest verified checkpoint.
+
+  Args:
+    manager: an unstarted local manager.
+    on_existing: 'resume', 'overwrite' or 'refuse' checkpoints already in
+      its `checkpoint_dir`.
+
+  Returns:
+    True if a checkpoint was resumed, False if the buffer starts empty.
+
+  Raises:
+    CheckpointExistsError: if there are checkpoints and `on_existing` is
+      'refuse'.
+    ManifestMismatchError, CheckpointCorruptError: if resuming fails (see
+      `ReplayBufferManager.load_replay_buffer`); nothing is deleted.
+  """
+  existing = manager.existing_checkpoints()
+  if existing and on_existing == 'refuse':
+    raise errors.CheckpointExistsError(
+        f'{manager.checkpoint_dir} already holds checkpoints ({existing[-1]});'
+        " pass on_existing='resume' to continue them or 'overwrite' to "
+        'start empty.')
+  if on_existing == 'resume':
+    try:  # Also when only an interrupted first commit is there to adopt.
+      manager.load_replay_buffer()
+    except errors.CheckpointNotFoundError:
+      pass
+    else:
+      logging.info('Resumed %s: %s items.', manager.loaded_checkpoint,
+                   {n: t['items'] for n, t in
+                    manager.loaded_manifest['counts']['tables'].items()})
+      return True
+  manager.create_replay_buffer(overwrite=bool(existing))
+  return False
+
+
+def reopen(manager: manager_lib.ReplayBufferManager, path: str
+           ) -> Tuple[manager_lib.ReplayBufferManager,
+                      Optional[errors.SmartReplayError]]:
+  """Closes `manager` and starts its buffer again from checkpoint `path`.
+
+  Args:
+    manager: a started local manager.
+    path: one of its `ckpt-N` folders.
+
+  Returns:
+    `(new manager, None)`: a manager with the same options, loaded from
+    `path` (on the same port). If `path` cannot be loaded: `(a manager of
+    the newest usable checkpoint, the error)`.
+  """
+  opts = manager.options
+
+  def fresh() -> manager_lib.ReplayBufferManager:
+    return manager_lib.ReplayBufferManager(
+        opts.data_spec, shape=opts.shape, location=opts.location,
+        writes=opts.writes, timeouts=opts.timeouts)
+
+  manager.close()
+  restored = fresh()
+  try:
+    restored.load_replay_buffer(path)
+    return restored, None
+  except errors.SmartReplayError as e:
+    restored.close()
+    fallback = fresh()
+    fallback.load_replay_buffer()
+    return fallback, e
+
+
+def restore(manager: manager_lib.ReplayBufferManager, path: str, *,
+            reason: str) -> Tuple[manager_lib.ReplayBufferManager,
+                                  Optional[errors.SmartReplayError],
+                                  Dict[str, Any]]:
+  """Restarts a served buffer from its checkpoint `path` (`reopen`), and
+  counts and logs the items inserted after `path` was saved, which are
+  dropped.
+
+  Args:
+    manager: the started local manager serving the buffer.
+    path: one of its `ckpt-N` folders.
+    reason: why, for the log.
+
+  Returns:
+    `(new manager, the error if the newest usable checkpoint was loaded
+    instead, serving_record.reloaded(...) of what was dropped)`.
+  """
+  inserts = schedule_lib.total_counts(manager.stats())[0]
+  manager, failure = reopen(manager, path)
+  loaded = manager.loaded_checkpoint
+  loss = serving_record.reloaded(
+      inserts=inserts, checkpoint=loaded,
+      restored_inserts=schedule_lib.saved_counts(loaded)[0])
+  logging.warning('Restored %s (%s): %d item(s) inserted after it was saved '
+                  'are dropped; connected writers count theirs.', loaded,
+                  reason, loss['lost_items'])
+  return manager, failure, loss
