@@ -139,8 +139,29 @@ class RemoteBackend(base.Backend):
           diffs)
     return config
 
-  def _call(self, method: str, args: Optional[Dict[str, Any]] = None, *,
-            timeout_s: float) -> Any:
+  def call(self, method: str, args: Optional[Dict[str, Any]] = None, *,
+           timeout_s: Optional[float] = None) -> Any:
+    """Calls a control method of the server (see `remote.handlers`).
+
+    Args:
+      method: the method's name.
+      args: its JSON arguments.
+      timeout_s: how long to wait; None: 3 x `checkpoint_timeout_s` (the
+        server may first finish a save in progress).
+
+    Returns:
+      The server's answer.
+
+    Raises:
+      ManagerStateError: if not connected.
+      ServerUnavailableError: if the server does not answer in time.
+      SmartReplayError: the error the server raised, with its message.
+    """
+    if self._control is None:
+      raise errors.ManagerStateError(
+          f'not connected to {self._address}; call connect() first.')
+    if timeout_s is None:
+      timeout_s = 3 * self._checkpoint_timeout_s
     return self._control.call(method, args, timeout_s=timeout_s)
 
   def existing_checkpoints(self) -> List[str]:
@@ -154,7 +175,7 @@ class RemoteBackend(base.Backend):
       raise errors.ManagerStateError(
           'the buffer is not started; call create_replay_buffer() or '
           'load_replay_buffer() first (connect() in client mode).')
-    return self._call('info', timeout_s=self._connect_timeout_s)['checkpoints']
+    return self.call('info', timeout_s=self._connect_timeout_s)['checkpoints']
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Callable[[], Dict[str, Any]],
@@ -179,7 +200,7 @@ class RemoteBackend(base.Backend):
     del counts  # The server counts what it saves.
     flush()
     # The server may first wait for its own save in progress.
-    path = self._call('checkpoint', {'extra': extra},
+    path = self.call('checkpoint', {'extra': extra},
                       timeout_s=3 * self._checkpoint_timeout_s)
     logging.info('The server at %s checkpointed to %s', self._address, path)
     return path
@@ -195,7 +216,7 @@ class RemoteBackend(base.Backend):
       The counts per table and item.
     """
     del pause  # The server takes the snapshot.
-    served = self._call('times_sampled', timeout_s=self._checkpoint_timeout_s)
+    served = self.call('times_sampled', timeout_s=self._checkpoint_timeout_s)
     return {name: {int(key): n for key, n in per_item.items()}
             for name, per_item in served.items()}
 

@@ -6,10 +6,12 @@ each) and checks that they serve one config; the manager's observers write
 to one shard, `writer_shard`, chosen from `RemoteBuffer.actor_id` (stable:
 `actor_id % len(shards)`) or, without one, from the host name and process
 id; `get_dataset` samples every shard as one big table would
-(`sampling.shards`). A checkpoint checkpoints every shard, in parallel.
+(`sampling.shards`). A checkpoint is one coordinated checkpoint of every
+shard, and `load_replay_buffer` brings every shard back to one
+(`coordinated`).
 """
 
-import concurrent.futures
+import dataclasses
 import os
 import socket
 import zlib
@@ -19,6 +21,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.backends import base
+from smart_replay.backends import coordinated
 from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
@@ -61,7 +64,9 @@ class ShardedBackend(base.Backend):
     self.writer_shard = writer_shard(location.actor_id, len(self.addresses))
     self.restart_check_s = location.restart_check_s
     self.where = f'the {len(self.addresses)} shards {list(self.addresses)}'
-    self.UNSUPPORTED = dict(self._shards[0].UNSUPPORTED)
+    self.UNSUPPORTED = {method: why for method, why in
+                        self._shards[0].UNSUPPORTED.items()
+                        if method != 'load_replay_buffer'}
     self.config = None
 
   @property
@@ -129,26 +134,68 @@ class ShardedBackend(base.Backend):
                  counts: Callable[[], Dict[str, Any]],
                  flush: Callable[[], None],
                  starter: Optional[Dict[str, Any]] = None) -> str:
-    """Flushes the observers, then has every shard checkpoint (in parallel).
+    """Flushes the observers, then writes one coordinated checkpoint of every
+    shard (`coordinated.save`).
 
     Args:
-      extra: user metadata for each shard's manifest.
+      extra: user metadata, kept with every shard's checkpoint.
       counts: unused: the servers count what they save.
       flush: flushes the manager's observers.
       starter: unused (client mode serves no starter).
 
     Returns:
-      '<shard address> <checkpoint folder>' of every shard, one per line.
+      'coordinated <id>', then '<shard address> <checkpoint folder>' of
+      every shard, one per line.
 
     Raises:
-      ServerUnavailableError: naming a shard that did not answer in time.
+      CheckpointWriteError: if a shard did not save or record its part
+        (names it); the coordinated checkpoint is then ignored by restores.
     """
+    del counts, starter  # The servers count what they save.
+    if extra and coordinated.EXTRA_KEY in extra:
+      raise ValueError(f'extra may not hold the key {coordinated.EXTRA_KEY!r}'
+                       f' (the coordinated id goes there), got {extra!r}.')
     flush()
-    with concurrent.futures.ThreadPoolExecutor(len(self._shards)) as pool:
-      paths = list(pool.map(lambda shard: shard.checkpoint(
-          extra=extra, counts=counts, flush=lambda: None), self._shards))
-    return '\n'.join(f'{address} {path}'
-                     for address, path in zip(self.addresses, paths))
+    record = coordinated.save(self._call, self.addresses, extra=extra)
+    return '\n'.join([f'coordinated {record["id"]}'] + [
+        f'{shard["address"]} {shard["path"]}' for shard in record['shards']])
+
+  def load(self, source: Optional[str], *, overwrite: bool) -> base.Started:
+    """Connects, then brings every shard back to one coordinated checkpoint
+    (`coordinated.restore`); each shard restores in place, so connected
+    writers see a restart and count what they lose.
+
+    Args:
+      source: a coordinated checkpoint id; None: the newest complete one.
+      overwrite: must be False (the servers own their directories).
+
+    Returns:
+      What was started; `loaded` is `{'path': 'coordinated <id>',
+      'manifest': the whole buffer's counts (`coordinated.as_manifest`)}`.
+
+    Raises:
+      ValueError: if `overwrite` is True.
+      CheckpointNotFoundError: if no complete coordinated checkpoint (or not
+        `source`) is on every shard; says what each holds.
+      ServerUnavailableError, ManifestMismatchError: as `connect`.
+    """
+    if overwrite:
+      raise ValueError('overwrite=True cannot apply to a sharded buffer: each '
+                       'server owns its directory. Restart the servers with '
+                       "on_existing='overwrite' to empty them.")
+    started = self.connect()
+    try:
+      record = coordinated.restore(self._call, self.addresses, source)
+    except BaseException:
+      self.stop()
+      raise
+    return dataclasses.replace(started, loaded={
+        'path': f'coordinated {record["id"]}',
+        'manifest': coordinated.as_manifest(record)})
+
+  def _call(self, shard: int, method: str, args: Dict[str, Any]) -> Any:
+    """Calls a control method on shard `shard`."""
+    return self._shards[shard].call(method, args)
 
   def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
                     ) -> Dict[str, Dict[int, int]]:

@@ -194,9 +194,14 @@ class ReplayBufferManager:
     starts; a damaged newest checkpoint falls back to an older one (with a
     warning). Another buffer is only read: new checkpoints go here.
 
+    A client of a sharded buffer (`server_address=[...]`) connects, then
+    brings every shard back to one coordinated checkpoint (each shard
+    restores in place; connected writers count what they lose).
+
     Args:
       source: None for this `checkpoint_dir`; or another buffer directory,
-        or one `ckpt-N` folder.
+        or one `ckpt-N` folder. Sharded: a coordinated checkpoint id, or
+        None for the newest complete one.
       overwrite: when `source` is another buffer, replace the checkpoints in
         `checkpoint_dir` (deleted only once the load succeeded).
 
