@@ -5,10 +5,11 @@
 and observers, and snapshots through the backend.
 """
 
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from smart_replay import errors
 from smart_replay.backends import base as backend_lib
 from smart_replay.manager import arguments
 from smart_replay.manager import state as state_lib
@@ -92,8 +93,9 @@ class Reporting:
     # A sharded buffer: every shard's server_info, asked once each; the
     # writer shard's (with this process's observers) is the report's base.
     clients = [client for client, _ in running.shards] or [running.client]
-    infos = [server_lib.server_info(client, timeout_s) for client in clients]
     writer = clients.index(running.client)
+    infos = [self._shard_info(client, timeout_s, writer=k == writer)
+             for k, client in enumerate(clients)]
     result = stats_lib.report(
         running.config.tables, infos[writer], blocked=counts.blocked,
         observers=running.observers,
@@ -102,9 +104,10 @@ class Reporting:
         episodes=counts.episodes(running.observers))
     if running.shards:  # Every shard's tables, summed.
       result = stats_lib.add_shards(result, [
-          (client.server_address, stats_lib.table_stats(
+          (client.server_address, info and stats_lib.table_stats(
               info, running.config.table_names))
-          for client, info in zip(clients, infos)], writer=writer)
+          for client, info in zip(clients, infos)], writer=writer,
+          sampling=_sampling(running.feeds, len(clients)))
     if times_sampled:
       sampled = {name: {} for name in result['tables']}
       sampled.update(self._backend.times_sampled(
@@ -112,6 +115,18 @@ class Reporting:
       for name, per_item in sampled.items():
         result['tables'][name].update(stats_lib.times_sampled_fields(per_item))
     return result
+
+  @staticmethod
+  def _shard_info(client: Any, timeout_s: float, *,
+                  writer: bool) -> Optional[Dict[str, Any]]:
+    """A server's `server_info`; None for a shard other than the writer's
+    that does not answer in 5 s (it shows as down)."""
+    if writer:
+      return server_lib.server_info(client, timeout_s)
+    try:
+      return server_lib.server_info(client, min(timeout_s, 5.0))
+    except errors.WaitTimeoutError:
+      return None
 
   def num_batches(self, batch_size: int, *, table_name: Optional[str] = None,
                   drop_remainder: bool = False) -> int:
@@ -184,3 +199,14 @@ class Reporting:
                           self._options.data_spec, table=config.name,
                           batch_size=batch_size, seed=seed,
                           drop_remainder=drop_remainder)
+
+
+def _sampling(feeds: Any, count: int) -> Optional[List[Dict[str, Any]]]:
+  """Per shard: whether every live dataset's sampler sees it up, and how
+  often they saw it go down; None without a live sharded dataset."""
+  live = [f.status() for f in list(feeds)]
+  if not live:
+    return None
+  return [{'up': all(s[k]['up'] for s in live),
+           'down_events': sum(s[k]['down_events'] for s in live)}
+          for k in range(count)]

@@ -116,7 +116,9 @@ class Sampling:
            for client, _ in running.shards], data_spec=layout.step_spec,
           train_step=train_step, batch_size=batch_size, num_steps=num_steps,
           decode=decode, as_train_kwargs=as_train_kwargs, timeout_s=timeout,
-          prefetch=prefetch)
+          prefetch=prefetch, on_start=running.feeds.add,
+          probe=shards_lib.instance_probe(
+              [client.server_address for client, _ in running.shards]))
     if schedule is not None:
       return self._mixed(running, config, schedule, batch_size=batch_size,
                          num_steps=num_steps, train_step=train_step,

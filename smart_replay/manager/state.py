@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from absl import logging
@@ -85,6 +86,8 @@ class Running:
     starter: the read-only starter table served beside the buffer, or None.
     shards: a sharded buffer's clients and TF clients, one pair per shard
       (`client` is the one written to); empty for one server.
+    feeds: the `ShardFeeds` of a sharded buffer's live dataset iterators
+      (which shards their samplers see up).
   """
   client: reverb.Client
   config: config_lib.BufferConfig
@@ -95,6 +98,8 @@ class Running:
       default_factory=list)
   starter: Optional[starter_lib.StarterSource] = None
   shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
+  feeds: 'weakref.WeakSet[Any]' = dataclasses.field(
+      default_factory=weakref.WeakSet)
 
   def flush(self) -> None:
     """Flushes every observer.

@@ -9,26 +9,34 @@ would sample it:
 * prioritized tables: `mass_s` is the shard's sum of `p ** alpha`, so
   P(i) = p_i ** alpha / sum over all shards.
 
+Each batch draws how many of its elements come from each shard at once (a
+multinomial over the masses, the same distribution as one draw per element).
 The masses are read from what each shard's samples carry (Reverb's
 `SampleInfo`: `table_size`, and `priority ** alpha / probability` for the
-sum), kept in variables that every sampled item refreshes, and start from
-the sizes the servers report when the dataset is made. Importance weights
+sum), refreshed by every batch, and start from the sizes the servers report
+when the dataset is made. Each shard is sampled by its own thread
+(`shard_feeds`): a shard that stops answering gets no share until it is back
+(with a new stream), so sampling goes on from the others. Importance weights
 are computed over the whole buffer, `(N * P(i)) ** -beta` with N the total
 size and P(i) the probability above, normalized by the batch's largest.
 `ReplayInfo.source` is the shard each element came from, which is where its
 priority must be updated (`update_priorities`).
 """
 
-from typing import Any, Callable, Optional, Sequence
+import functools
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import reverb
 import tensorflow as tf
 
+from smart_replay import errors
 from smart_replay.config import mixable
 from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import mixing
 from smart_replay.sampling import priorities as priorities_lib
+from smart_replay.sampling import shard_feeds
+from smart_replay.server import control as control_lib
 from smart_replay.utils import checks
 
 
@@ -38,7 +46,13 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
                     decode: Optional[Callable[[Any], Any]] = None,
                     as_train_kwargs: bool = False, timeout_s: float = 60.0,
                     prefetch: int = 2,
-                    sizes: Optional[Sequence[int]] = None) -> tf.data.Dataset:
+                    sizes: Optional[Sequence[int]] = None,
+                    probe: Optional[shard_feeds.Probe] = None,
+                    check_s: float = 0.5,
+                    seed: Optional[int] = None,
+                    on_start: Optional[Callable[[shard_feeds.ShardFeeds],
+                                                None]] = None
+                    ) -> tf.data.Dataset:
   """A dataset of batches over every shard (module docstring).
 
   Args:
@@ -51,10 +65,17 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
     decode: turns a batch of stored steps into the Learner's nest.
     as_train_kwargs: yield `(dict(experience=..., weights=w), info)`.
     timeout_s: how long a shard's stream may wait for a sample before the
-      iterator raises (naming that shard's table and server).
+      iterator raises (naming that shard's table and server), and how long
+      a batch waits while every shard is down.
     prefetch: batches to prefetch.
     sizes: each shard's current number of items (the masses' start); None
       asks each server.
+    probe: asks shard k whether it is up (`shard_feeds.Probe`); None: asks
+      its Reverb server (`reverb_probe`).
+    check_s: seconds between two probes of every shard.
+    seed: seeds the draw of shards (None: fresh entropy).
+    on_start: called with the `ShardFeeds` of each new iterator (e.g. to
+      report which shards are up and how often they went down).
 
   Returns:
     A dataset of `(trajectory, ReplayInfo)` batches with `ReplayInfo.source`
@@ -67,70 +88,142 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
   """
   checks.positive('batch_size', batch_size, integer=True)
   checks.positive('timeout_s', timeout_s)
+  checks.positive('check_s', check_s)
   if len(shards) < 1:
     raise ValueError(f'shards must hold at least one shard, got {shards!r}.')
   mixable.check_shards([side.config for side in shards])
   config = shards[0].config
   length, variable = config.item_length, config.kind == 'episode'
   num_steps = mixing.check_num_steps(num_steps, length, variable)
+  where = [side.client.server_address for side in shards]
   if sizes is None:
     sizes = [_size(s.client, s.config.name, timeout_s) for s in shards]
   start = np.maximum(np.asarray(sizes, np.float64), 1.0)
-  table_sizes = tf.Variable(start, trainable=False, name='shard_sizes')
-  masses = tf.Variable(start, trainable=False, name='shard_masses')
   alpha = (float(config.priority_exponent) if config.sampler == 'prioritized'
            else None)
-
-  streams = [mixing.item_stream(side, data_spec, length, num_steps, variable,
-                                batch_size, timeout_s, index)
+  streams = [functools.partial(
+      lambda side, index: mixing.item_stream(
+          side, data_spec, length, num_steps, variable, batch_size,
+          timeout_s, index).batch(batch_size).prefetch(1), side, index)
              for index, side in enumerate(shards)]
-  # The shard of each element, drawn from the masses as they stand; the
-  # weights are made once per batch, not once per element. (Batching each
-  # shard's stream and taking a multinomial share of each batch was faster
-  # with 2 shards, 20k against 14k windows/s, but slower with 4, 8k against
-  # 10k: it samples a whole batch from every shard.)
-  choices = tf.data.Dataset.from_tensors(0).repeat().map(
-      lambda _: tf.repeat(tf.cast(masses / tf.reduce_sum(masses),
-                                  tf.float32)[None], batch_size, 0)).unbatch()
-  mixed = tf.data.Dataset.sample_from_datasets(streams, weights=choices,
-                                               stop_on_empty_dataset=True)
-  beta, count = shards[0].beta, len(shards)
+  chunk_spec = streams[0]().element_spec
+  probe = probe or reverb_probe([side.client for side in shards])
 
-  def observe(info, source):
-    """Refreshes each sampled shard's size and mass from what its samples
-    carry (one SampleInfo per element); a shard absent from the batch keeps
-    its values."""
-    size = tf.cast(info.table_size, tf.float64)
-    mass = size if alpha is None else (
-        tf.pow(tf.cast(info.priority, tf.float64), alpha)
-        / tf.cast(info.probability, tf.float64))
-    seen = tf.math.unsorted_segment_max(tf.ones_like(size), source, count) > 0
-    return [held.assign(tf.where(
-        seen, tf.math.unsorted_segment_max(value, source, count), held))
-            for held, value in ((table_sizes, size), (masses, mass))]
+  def batches():
+    """Draws each batch's shards from the masses (one multinomial per
+    batch: the same as one draw per element), takes that many samples of
+    each, and refreshes the masses from what the samples carry."""
+    feeds = shard_feeds.ShardFeeds(streams, where, probe=probe,
+                                   check_s=check_s, timeout_s=timeout_s)
+    if on_start is not None:
+      on_start(feeds)
+    masses, table_sizes = start.copy(), start.copy()
+    rng = np.random.default_rng(seed)
+    try:
+      while True:
+        up = feeds.wait_for_any()
+        weights = np.where(up, masses, 0.0)
+        share = weights / weights.sum()
+        counts = rng.multinomial(batch_size, share)
+        parts = []
+        for k in np.flatnonzero(counts):
+          taken = feeds.take(int(k), int(counts[k]))
+          if taken is None:
+            break  # Shard k went down: draw the batch again.
+          parts += taken
+        else:
+          data, info, mask, source = tf.nest.map_structure(
+              lambda *xs: np.concatenate(xs), *parts)
+          _observe(info, source, masses, table_sizes, alpha)
+          yield (data, info, mask, source,
+                 share[source] * info.probability.astype(np.float64),
+                 table_sizes.sum())
+    finally:
+      feeds.close()
 
-  def finish(data, info, mask, source):
-    with tf.control_dependencies(observe(info, source)):
-      source = tf.identity(source)
+  beta = shards[0].beta
+  signature = (*chunk_spec, tf.TensorSpec([None], tf.float64),
+               tf.TensorSpec([], tf.float64))
+
+  def finish(data, info, mask, source, probability, total):
     if beta is None:
       weight = tf.ones_like(info.probability, tf.float32)
     else:
-      share = tf.gather(masses / tf.reduce_sum(masses), source)
-      probability = share * tf.cast(info.probability, tf.float64)
-      weight = dataset_lib.importance_weights(
-          probability, tf.reduce_sum(table_sizes), beta())
+      weight = dataset_lib.importance_weights(probability, total, beta())
     return dataset_lib.batch_output(data, info, mask, weight, source,
                                     decode=decode,
                                     as_train_kwargs=as_train_kwargs)
 
-  return mixed.batch(batch_size, drop_remainder=True).map(finish).prefetch(
-      prefetch)
+  return tf.data.Dataset.from_generator(
+      batches, output_signature=signature).map(finish).prefetch(prefetch)
 
 
 def _size(client: reverb.Client, table: str, timeout_s: float) -> int:
   """The number of items in `table` on `client`'s server."""
   return int(client.server_info(timeout=max(1, int(timeout_s)))[
       table].current_size)
+
+
+def _observe(info: Any, source: np.ndarray, masses: np.ndarray,
+             table_sizes: np.ndarray, alpha: Optional[float]) -> None:
+  """Refreshes each sampled shard's size and mass from what its samples
+  carry (Reverb's SampleInfo); a shard absent from the batch keeps its
+  values."""
+  size = info.table_size.astype(np.float64)
+  mass = size if alpha is None else (
+      np.power(info.priority.astype(np.float64), alpha)
+      / info.probability.astype(np.float64))
+  for k in np.unique(source):
+    mine = source == k
+    table_sizes[k], masses[k] = size[mine].max(), mass[mine].max()
+
+
+def reverb_probe(clients: Sequence[reverb.Client], *,
+                 timeout_s: int = 1) -> shard_feeds.Probe:
+  """A probe that asks each shard's Reverb server for its tables.
+
+  Args:
+    clients: one client per shard.
+    timeout_s: how long a shard may take to answer.
+
+  Returns:
+    `probe(k)`: 'reverb' if shard k answered, else None (it cannot tell a
+    restarted server from the same one; `instance_probe` can).
+  """
+  def probe(k: int) -> Optional[str]:
+    try:
+      clients[k].server_info(timeout=timeout_s)
+    except Exception:  # pylint: disable=broad-except
+      return None
+    return 'reverb'
+  return probe
+
+
+def instance_probe(addresses: Sequence[str], *,
+                   timeout_s: float = 1.0) -> shard_feeds.Probe:
+  """A probe that asks each shard's control service which instance serves.
+
+  Args:
+    addresses: each shard's Reverb address (its control service at the
+      default control port).
+    timeout_s: how long a shard may take to answer.
+
+  Returns:
+    `probe(k)`: the id of the server instance of shard k, or None if it did
+    not answer (a new channel is made after a failure: gRPC would back off).
+  """
+  channels: Dict[int, control_lib.ControlClient] = {}
+
+  def probe(k: int) -> Optional[str]:
+    if k not in channels:
+      channels[k] = control_lib.ControlClient(
+          control_lib.control_address_for(addresses[k]))
+    try:
+      return channels[k].call('info', timeout_s=timeout_s)['instance']['id']
+    except errors.SmartReplayError:
+      channels.pop(k).close()
+      return None
+  return probe
 
 
 def update_priorities(tf_clients: Sequence[reverb.TFClient], config: Any,

@@ -247,21 +247,27 @@ SHARD_SUMS = ('items', 'stored_items', 'max_size', 'inserts', 'samples',
 
 
 def add_shards(result: Dict[str, Any], shards: Sequence[Tuple[str, Any]],
-               writer: int) -> Dict[str, Any]:
+               writer: int, sampling: Optional[Sequence[Dict[str, Any]]] = None
+               ) -> Dict[str, Any]:
   """Adds every shard's tables to a sharded buffer's `stats()`.
 
   Args:
     result: `report` of the shard this manager writes to (its observers'
       pending items included).
-    shards: `(address, table_stats(...))` of every shard, in order.
+    shards: `(address, table_stats(...))` of every shard, in order; None
+      instead of the tables of a shard that did not answer.
     writer: the index of that shard.
+    sampling: per shard, what the live datasets' samplers see of it
+      (`{'up', 'down_events'}`), or None.
 
   Returns:
-    `result`, with `SHARD_SUMS` summed over the shards in each table and
-    `'shards'`: `[{'address', 'writer', 'tables': {name: table_stats}}]`.
+    `result`, with `SHARD_SUMS` summed over the shards that answered in
+    each table and `'shards'`: `[{'address', 'writer', 'up', 'tables':
+    {name: table_stats}, 'sampling'}]` (`up` False and no tables for a shard
+    that did not answer).
   """
   for index, (_, tables) in enumerate(shards):
-    if index == writer:
+    if index == writer or tables is None:
       continue
     for name, counters in tables.items():
       table = result['tables'][name]
@@ -271,6 +277,7 @@ def add_shards(result: Dict[str, Any], shards: Sequence[Tuple[str, Any]],
         elif field in counters and field in table:
           table[field] += counters[field]
   result['shards'] = [{'address': address, 'writer': index == writer,
-                       'tables': tables}
+                       'up': tables is not None, 'tables': tables or {},
+                       'sampling': sampling[index] if sampling else None}
                       for index, (address, tables) in enumerate(shards)]
   return result

@@ -7,6 +7,8 @@ priorities over all of them.
 """
 
 import collections
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,31 +16,10 @@ import pytest
 import smart_replay
 from smart_replay.backends import sharded
 from smart_replay.integrations import summaries
-from smart_replay.remote import replay_server as serve
 from tests import testing
-from tests.smart_replay.remote import remote_workers
+from tests.smart_replay.remote import in_process_shards
 
-
-@pytest.fixture
-def shards(tmp_path, data_spec):
-  """`start(n, **manager_kwargs)`: n servers; returns their addresses."""
-  servers = []
-
-  def start(n=3, **kwargs):
-    for index in range(len(servers), len(servers) + n):
-      port = remote_workers.free_port_pair()
-      manager = smart_replay.ReplayBufferManager(
-          data_spec=data_spec, capacity=1000,
-          checkpoint_dir=str(tmp_path / f'shard{index}'), port=port,
-          **{'sequence_length': 2, **kwargs})
-      server = serve.ReplayServer(manager, control_port=port + 1)
-      server.start()
-      servers.append(server)
-    return [s.manager.server_address for s in servers[-n:]]
-
-  yield start
-  for server in servers:
-    server.close(final_checkpoint=False)
+shards = in_process_shards.shards
 
 
 def _client(addresses, data_spec, **kwargs):
@@ -99,7 +80,9 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
       _, info = next(batches)
       after.update(info.source.numpy()[:, 0].tolist())
     assert after[0] / sum(after.values()) > 0.5 > share[0]
-    paths = learner.checkpoint(extra={'train_step': 7}).splitlines()
+    lines = learner.checkpoint(extra={'train_step': 7}).splitlines()
+    assert lines[0].startswith('coordinated ')
+    paths = lines[1:]
     assert [p.split(' ')[0] for p in paths] == addresses
     assert all(p.split(' ')[1].endswith('ckpt-000001') for p in paths)
   finally:
@@ -135,3 +118,45 @@ def test_sharded_arguments_are_checked(data_spec, kwargs, message):
 def test_the_writer_shard_is_stable_by_actor_id():
   assert [sharded.writer_shard(i, 3) for i in range(6)] == [0, 1, 2, 0, 1, 2]
   assert sharded.writer_shard(None, 3) == sharded.writer_shard(None, 3)
+
+
+def _draw(batches, count, timeout_s=60):
+  """Sources of `count` batches; fails (does not hang) after `timeout_s`."""
+  sources = []
+
+  def draw():
+    for _ in range(count):
+      sources.extend(next(batches)[1].source.numpy()[:, 0].tolist())
+  worker = threading.Thread(target=draw, daemon=True)
+  worker.start()
+  worker.join(timeout_s)
+  assert not worker.is_alive(), f'sampling stopped after {len(sources)}'
+  return collections.Counter(sources)
+
+
+def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
+    shards, data_spec, tmp_path):
+  addresses = shards(3)
+  for actor_id in range(3):
+    manager, observer = _client(addresses, data_spec, actor_id=actor_id)
+    testing.run_actor(observer, 40, seed=actor_id)
+    manager.flush()
+    manager.close()
+  learner, _ = _client(addresses, data_spec, actor_id=0)
+  batches = iter(learner.get_dataset(batch_size=16, num_steps=2))
+  assert set(_draw(batches, 30)) == {0, 1, 2}
+  down = shards.servers[2]
+  down.close(final_checkpoint=True)  # Shard 2 stops answering.
+  _draw(batches, 200)  # Goes on; the monitor notices within a second.
+  assert set(_draw(batches, 50)) == {0, 1}
+  stats = learner.stats()
+  assert [s['up'] for s in stats['shards']] == [True, True, False]
+  assert stats['shards'][2]['sampling'] == {'up': False, 'down_events': 1}
+  # Shard 2 comes back on its port, from its checkpoint: sampled again.
+  shards.restart(2)
+  deadline = time.monotonic() + 30
+  while 2 not in _draw(batches, 20):
+    assert time.monotonic() < deadline, 'shard 2 was not sampled again'
+  assert learner.stats()['shards'][2]['sampling']['up']
+  learner.close()
+

@@ -1,0 +1,40 @@
+"""Shards of a sharded buffer in the test's process: `ReplayServer`s, each
+on its own port and directory (the server of `smart-replay-serve`)."""
+
+import pytest
+
+import smart_replay
+from smart_replay.remote import replay_server as serve
+from tests.smart_replay.remote import remote_workers
+
+
+@pytest.fixture
+def shards(tmp_path, data_spec):
+  """`start(n, **manager_kwargs)`: n servers; returns their addresses.
+  `start.servers` lists them; `start.restart(k)` serves shard k again on
+  its port, from its directory."""
+  servers, made, ports = [], [], []
+
+  def serve_shard(index, port, kwargs):
+    manager = smart_replay.ReplayBufferManager(
+        data_spec=data_spec, capacity=1000,
+        checkpoint_dir=str(tmp_path / f'shard{index}'), port=port,
+        **{'sequence_length': 2, **kwargs})
+    server = serve.ReplayServer(manager, control_port=port + 1)
+    server.start()
+    made.append(server)
+    return server
+
+  def start(n=3, **kwargs):
+    for index in range(len(servers), len(servers) + n):
+      ports.append(remote_workers.free_port_pair())
+      servers.append(serve_shard(index, ports[index], kwargs))
+    return [s.manager.server_address for s in servers[-n:]]
+
+  def restart(index):
+    servers[index] = serve_shard(index, ports[index], {})
+
+  start.servers, start.restart = servers, restart
+  yield start
+  for server in made:
+    server.close(final_checkpoint=False)
