@@ -127,15 +127,16 @@ class Serving:
         layout=running.config.step_layout, num_envs=num_envs,
         priority=priority,
         priority_fn=running.counts.priorities.new_item_priority,
-        lock=self._state.lock, on_reconnect=self._on_reconnect,
+        lock=self._state.lock, check_server=self._check_server,
         chunk_length=writes.chunk_length, non_finite=writes.non_finite,
         float_bounds=writes.float_bounds, timeout_s=timeouts.write_timeout_s,
         reconnect_timeout_s=timeouts.reconnect_timeout_s)
     running.observers.append(obs)
     return obs
 
-  def _on_reconnect(self, observer: Any) -> None:
-    """After an observer reconnected (a write waited for the server)."""
+  def _check_server(self, observer: Any) -> None:
+    """After an observer reconnected (a write waited for the server), and
+    after each of its flushes."""
     del observer  # Every observer of this manager talked to the old server.
     self._check_restart()
 

@@ -170,3 +170,16 @@ def format_counts(*, env_steps: int, episodes: int,
   """
   text = f'{env_steps:,} env steps, {episodes:,} finished episodes'
   return text if items is None else f'{text}, {items:,} items'
+
+
+def counter_property(name: str) -> property:
+  """A read-only attribute of an object holding `Counters` as `_counters`.
+
+  Args:
+    name: the `Counters` field.
+
+  Returns:
+    A property reading it.
+  """
+  read = lambda owner: getattr(owner._counters, name)  # pylint: disable=protected-access
+  return property(read, doc=f'`Counters.{name}` of this observer.')

@@ -38,12 +38,6 @@ from smart_replay.writing import settings as settings_lib
 from smart_replay.writing import writer as writer_lib
 
 
-def _counter(name: str) -> property:
-  """A read-only attribute of the observer: one of its `Counters`."""
-  return property(lambda self: getattr(self._counters, name),
-                  doc=f'`Counters.{name}` of this observer.')
-
-
 class TrajectoryObserver:
   """Writes trajectories as the items of every configured table.
 
@@ -99,9 +93,10 @@ class TrajectoryObserver:
       or 'allow' (e.g. where Inf means "no reading").
     float_bounds: the same for a finite float outside its bounded spec
       (default 'warn': specs of continuous observations are often loose).
-    on_reconnect: called as `on_reconnect(observer)` after a write waited
-      for the server and it answered again (the client-mode manager checks
-      whether the server was restarted and calls `count_restart_loss`).
+    check_server: called as `check_server(observer)` after a write waited
+      for the server and it answered again, and after each `flush()` (the
+      client-mode manager checks whether the server was restarted and calls
+      `count_restart_loss`, so a restart no write waited for is counted too).
     layout: how a step's fields become Reverb columns (`packing.Layout`, or
       `layouts.FrameStackedLayout`, whose `step_spec` made the tables).
 
@@ -124,7 +119,7 @@ class TrajectoryObserver:
                reconnect_timeout_s: float = 300.0,
                non_finite: str = 'error',
                float_bounds: str = 'warn',
-               on_reconnect: Optional[
+               check_server: Optional[
                    Callable[['TrajectoryObserver'], None]] = None,
                layout: Optional[packing.Layout] = None):
     arguments.check_observer_arguments(
@@ -136,6 +131,7 @@ class TrajectoryObserver:
         data_spec, num_envs=num_envs, non_finite=non_finite,
         float_bounds=float_bounds).__call__
     self._client = client
+    self._check_server = check_server
     self._pid = os.getpid()
     self._lock = lock or threading.RLock()
     self._tables = list(tables)
@@ -169,8 +165,8 @@ class TrajectoryObserver:
             reverb_tables.signature(t, self._layout.step_spec, lookback))
                     for t in step_tables},
         counters=self._counters, confirmations=self.confirmations,
-        on_reconnect=(None if on_reconnect is None else
-                      lambda: on_reconnect(self)),
+        on_reconnect=(None if check_server is None else
+                      lambda: check_server(self)),
         num_columns=self._layout.num_columns, cells=self._layout.cells)
     # One (plan, writer) per environment.
     self._streams = []
@@ -193,17 +189,17 @@ class TrajectoryObserver:
       lambda self: self._counters,
       doc='The `Counters` this observer updates (read it; do not change it).')
 
-  num_steps = _counter('steps')
-  num_episodes = _counter('episodes')
-  items_per_table = _counter('items')
-  num_short_episodes = _counter('short_episodes')
-  num_short_episode_steps = _counter('short_episode_steps')
-  num_long_episodes = _counter('long_episodes')
-  num_dropped_episodes = _counter('dropped_episodes')
-  num_lost_steps = _counter('lost_steps')
-  num_lost_items = _counter('lost_items')
-  num_lost_at_restart = _counter('lost_at_restart')
-  num_reconnects = _counter('reconnects')
+  num_steps = counters_lib.counter_property('steps')
+  num_episodes = counters_lib.counter_property('episodes')
+  items_per_table = counters_lib.counter_property('items')
+  num_short_episodes = counters_lib.counter_property('short_episodes')
+  num_short_episode_steps = counters_lib.counter_property('short_episode_steps')
+  num_long_episodes = counters_lib.counter_property('long_episodes')
+  num_dropped_episodes = counters_lib.counter_property('dropped_episodes')
+  num_lost_steps = counters_lib.counter_property('lost_steps')
+  num_lost_items = counters_lib.counter_property('lost_items')
+  num_lost_at_restart = counters_lib.counter_property('lost_at_restart')
+  num_reconnects = counters_lib.counter_property('reconnects')
 
   num_items = property(lambda self: self._counters.num_items,
                        doc='Items created, over all tables.')
@@ -304,12 +300,10 @@ class TrajectoryObserver:
                          restarted: Optional[float] = None) -> int:
     """Counts the confirmed items a server restart lost.
 
-    A server that was restarted from a checkpoint lost the items this
-    observer sent after that checkpoint's save began (and the server
-    confirmed); they are added to `num_lost_items` and `num_lost_at_restart`.
-    Items still in flight when the save copied the tables are not counted (a
-    lower bound by at most the unconfirmed items, 49). Items counted at an
-    earlier restart are not counted again.
+    A server restarted from a checkpoint lost the items this observer sent
+    after that checkpoint's save began; they are added to `num_lost_items`
+    and `num_lost_at_restart` (a lower bound by at most the 49 items in
+    flight during the save; items counted before are not counted again).
 
     Args:
       saved_since: when the restored checkpoint's save began (wall time), or
@@ -348,6 +342,8 @@ class TrajectoryObserver:
         out.flush()
       if self._blocks:
         self._blocks.flush()
+    if self._check_server is not None:
+      self._check_server(self)
 
   def close(self) -> None:
     """Flushes and closes the writers; safe to call more than once.
