@@ -5,6 +5,7 @@ Examples:
   smart-replay-inspect buffer/checkpoints/ckpt-000003 --json
   smart-replay-inspect starter_buffers/office_seq2_2880steps --plot office.png
   smart-replay-inspect buffer-host:8000          # a running smart-replay-serve
+  smart-replay-inspect h1:8000,h2:8000,h3:8000   # a sharded buffer: each shard
   smart-replay-inspect BUFFER --export_rlds=out/rlds     # or --export_npz=t.npz
   smart-replay-inspect out/rlds --import_to=buffers/copy # any RLDS dataset
 
@@ -27,7 +28,7 @@ from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.spec import specs
 from smart_replay.tools import export
-from smart_replay.tools import inspection
+from smart_replay.tools import sharded_inspection
 from smart_replay.tools import plots
 from smart_replay.tools import rlds_io
 
@@ -63,9 +64,9 @@ def _work(target, stop):
         else None, stop_requested=stop)
     print(f'Imported {target} into {path}')
     return
-  description = inspection.describe(target, timeout_s=FLAGS.timeout_s)
+  description = sharded_inspection.describe(target, timeout_s=FLAGS.timeout_s)
   print(json.dumps(description, indent=1) if FLAGS.json else
-        inspection.format_text(description))
+        sharded_inspection.format_text(description))
   local = os.path.exists(target)
   if (FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz) and not local:
     raise ValueError('--plot and --export_* read checkpoint files; give a '
@@ -98,7 +99,8 @@ def main(argv):
   """
   if len(argv) != 2:
     raise app.UsageError('give one buffer directory, checkpoint folder, '
-                         f'data set or host:port; got {argv[1:]}')
+                         'data set, host:port or host:port,host:port,... '
+                         f'(shards); got {argv[1:]}')
   _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1], stop),
                                       verbose=FLAGS.verbose,
                                       quit_message='Interrupted.',

@@ -36,6 +36,7 @@ import prometheus_client
 from prometheus_client import core as prometheus_core
 
 from smart_replay import errors
+from smart_replay.manager import facade as manager_lib
 
 # (metric name, kind, where stats() has it, help text), per table.
 _TABLE_METRICS = (
@@ -124,6 +125,50 @@ class _Collector:
       yield family
 
 
+class _ShardsCollector:
+  """Reads a sharded buffer, through a client manager, at every scrape."""
+
+  def __init__(self, manager: Any):
+    self._manager = manager
+
+  def collect(self) -> Iterator[Any]:
+    """Yields the families of a sharded buffer (see `MetricsEndpoint`)."""
+    up = prometheus_core.GaugeMetricFamily(
+        'smart_replay_up', '1 if the buffer answered this scrape.')
+    try:
+      stats = self._manager.stats()
+    except (errors.WaitTimeoutError, errors.ManagerStateError):
+      up.add_metric([], 0)
+      yield up
+      return
+    up.add_metric([], 1)
+    yield up
+    yield from _table_families(stats['tables'])  # Summed over the shards.
+    shard_up = prometheus_core.GaugeMetricFamily(
+        'smart_replay_shard_up', '1 if the shard answered this scrape.',
+        labels=['shard', 'address'])
+    down = prometheus_core.CounterMetricFamily(
+        'smart_replay_shard_sampling_down_events', 'Times the live datasets '
+        "of this process saw the shard go down.", labels=['shard', 'address'])
+    per_table = {name: (prometheus_core.GaugeMetricFamily if kind == 'gauge'
+                        else prometheus_core.CounterMetricFamily)(
+                            f'smart_replay_shard_table_{name}', text,
+                            labels=['shard', 'address', 'table'])
+                 for name, kind, keys, text in _TABLE_METRICS[:4]}
+    for k, shard in enumerate(stats.get('shards', [])):
+      labels = [str(k), shard['address']]
+      shard_up.add_metric(labels, 1 if shard['up'] else 0)
+      if shard.get('sampling'):
+        down.add_metric(labels, shard['sampling']['down_events'])
+      for table, counters in shard['tables'].items():
+        for name, _, keys, _ in _TABLE_METRICS[:4]:
+          if counters.get(keys[0]) is not None:
+            per_table[name].add_metric(labels + [table],
+                                       float(counters[keys[0]]))
+    yield shard_up
+    yield down
+    yield from per_table.values()
+
 def _table_families(tables: Any) -> Iterator[Any]:
   for name, kind, keys, text in _TABLE_METRICS:
     make = (prometheus_core.GaugeMetricFamily if kind == 'gauge' else
@@ -163,10 +208,15 @@ def _checkpoint_families(schedule: Any, now: float) -> Iterator[Any]:
 
 
 class MetricsEndpoint:
-  """Serves a `ReplayServer`'s metrics over HTTP; a context manager.
+  """Serves a buffer's metrics over HTTP; a context manager.
 
   Args:
-    server: a started `ReplayServer`.
+    server: a started `ReplayServer`; or a connected client-mode manager of
+      a sharded buffer, for the whole buffer's tables (summed) and each
+      shard's: `smart_replay_shard_up`, `smart_replay_shard_table_{items,
+      max_items,inserts_total,samples_total}` (labels `shard`, `address`,
+      `table`) and `smart_replay_shard_sampling_down_events_total` (how often
+      this process's datasets saw the shard go down).
     port: the HTTP port; 0 picks a free one.
     host: the address to bind (127.0.0.1: this machine only; '0.0.0.0'
       for a Prometheus on another machine).
@@ -181,7 +231,10 @@ class MetricsEndpoint:
       raise ValueError(f'metrics_port must be an integer in [0, 65535], got '
                        f'{port!r}.')
     self._registry = prometheus_client.CollectorRegistry(auto_describe=False)
-    self._registry.register(_Collector(server))
+    self._registry.register(
+        _ShardsCollector(server)
+        if isinstance(server, manager_lib.ReplayBufferManager)
+        else _Collector(server))
     try:
       self._httpd, self._thread = prometheus_client.start_http_server(
           port, addr=host, registry=self._registry)
