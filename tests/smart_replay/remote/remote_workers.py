@@ -119,3 +119,53 @@ def kill(process):
   """kill -9 and reap."""
   os.kill(process.pid, signal.SIGKILL)
   process.join(30)
+
+
+def coordinated_save_and_die(addresses, step, results):
+  """A learner that writes a coordinated checkpoint of a sharded buffer and
+  SIGKILLs itself at `step` of it (`backends.coordinated.STEPS`)."""
+  from smart_replay.backends import coordinated  # pylint: disable=g-import-not-at-top
+
+  def die(reached):
+    if reached == step:
+      results.put(('dying', reached))
+      results.close()
+      results.join_thread()  # The message is sent before the kill.
+      os.kill(os.getpid(), signal.SIGKILL)
+  coordinated._fault_point = die  # pylint: disable=protected-access
+  manager, _ = client(addresses, actor_id=0)
+  results.put(('saving', step))
+  results.put(('survived', manager.checkpoint(extra={'step': step})))
+
+
+def pinned_actor(addresses, actor_id, go, results, phases=3, steps=100):
+  """An actor of a sharded buffer (or one server), pinned by `actor_id`:
+  writes `steps` steps and flushes, `phases` times, waiting for `go` between
+  phases; reports `(actor_id, phase, counters)` after each phase."""
+  manager, observer = client(addresses, actor_id=actor_id,
+                             reconnect_timeout_s=120.0)
+  env = testing.make_env(actor_id)
+  policy = testing.make_policy(env, actor_id)
+  for phase in range(phases):
+    if phase:
+      go.wait(240)
+      go.clear()
+    testing.run_actor(observer, steps, env=env, policy=policy)
+    observer.flush()
+    results.put((actor_id, phase, observer.counters()))
+  manager.close()
+
+
+def sample_until_stopped(addresses, stop, per_source, results):
+  """A learner: samples batches until `stop` is set, adding the elements of
+  each source (shard) to `per_source`; reports the buffer's stats."""
+  manager, _ = client(addresses, actor_id=0, sample_timeout_s=120.0)
+  batches = iter(manager.get_dataset(batch_size=32, num_steps=2))
+  while not stop.is_set():
+    _, info = next(batches)
+    sources = info.source.numpy()[:, 0]
+    with per_source.get_lock():
+      for source in sources.tolist():
+        per_source[source] += 1
+  results.put(('learner', manager.stats()))
+  manager.close()

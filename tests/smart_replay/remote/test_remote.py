@@ -6,93 +6,23 @@ started with multiprocessing's `spawn` method.
 """
 
 import json
-import multiprocessing
 import os
-import queue
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 import smart_replay
 from smart_replay.remote import serving_record
-from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import remote_workers
+from tests.smart_replay.remote import serve_process
 
-ROOT = testing.ROOT
-SPAWN = multiprocessing.get_context('spawn')
-
-
-class ServeProcess:
-  """`smart-replay-serve` in a subprocess; its log is read on demand."""
-
-  def __init__(self, tmp_path, checkpoint_dir, port, *bindings):
-    spec_file = str(tmp_path / 'spec.pbtxt')
-    if not os.path.exists(spec_file):
-      specs.save_spec(spec_file, remote_workers.data_spec())
-    self.log_path = str(tmp_path / f'serve-{time.monotonic_ns()}.log')
-    self._log = open(self.log_path, 'w')
-    self.process = subprocess.Popen(
-        [sys.executable, '-m', 'smart_replay_scripts.serve',
-         f'--spec_file={spec_file}', f'--checkpoint_dir={checkpoint_dir}',
-         f'--port={port}',
-         '--gin_bindings=ReplayBufferManager.capacity=100000',
-         '--gin_bindings=ReplayServer.log_every_s=1.0'] +
-        [f'--gin_bindings={b}' for b in bindings],
-        stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    self.port = port
-    self.address = f'localhost:{port}'
-    self.wait_for('Serving ', 120)
-
-  def log(self):
-    with open(self.log_path) as f:
-      return f.read()
-
-  def wait_for(self, text, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-      if text in self.log():
-        return
-      if self.process.poll() is not None:
-        raise AssertionError(f'server exited {self.process.returncode}:\n'
-                             f'{self.log()[-3000:]}')
-      time.sleep(0.2)
-    raise AssertionError(f'no {text!r} in the server log within {timeout_s} '
-                         f's:\n{self.log()[-3000:]}')
-
-  def stop(self, sig=signal.SIGTERM, timeout_s=120):
-    if self.process.poll() is None:
-      self.process.send_signal(sig)
-    code = self.process.wait(timeout_s)
-    self._log.close()
-    return code
-
-
-@pytest.fixture
-def served(tmp_path):
-  servers = []
-
-  def start(*bindings, checkpoint_dir=None, port=None):
-    server = ServeProcess(tmp_path, checkpoint_dir or str(tmp_path / 'buffer'),
-                          port or remote_workers.free_port_pair(), *bindings)
-    servers.append(server)
-    return server
-
-  yield start
-  for server in servers:
-    if server.process.poll() is None:
-      server.stop(signal.SIGKILL)
-
-
-def _wait_until(condition, what, timeout_s=60):
-  deadline = time.monotonic() + timeout_s
-  while not condition():
-    if time.monotonic() > deadline:
-      raise AssertionError(f'timed out after {timeout_s} s waiting for {what}')
-    time.sleep(0.05)
+SPAWN = serve_process.SPAWN
+served = serve_process.served
+_wait_until = serve_process.wait_until
+_start = serve_process.start
+_get = serve_process.get
 
 
 def _flushed(observer):
@@ -104,24 +34,6 @@ def _flushed(observer):
   except smart_replay.WaitTimeoutError:
     return False
   return True
-
-
-def _start(target, *args):
-  process = SPAWN.Process(target=target, args=args, daemon=True)
-  process.start()
-  return process
-
-
-def _get(results, count, timeout_s=240):
-  got = []
-  deadline = time.monotonic() + timeout_s
-  while len(got) < count:
-    try:
-      got.append(results.get(timeout=max(1, deadline - time.monotonic())))
-    except queue.Empty:
-      raise AssertionError(f'only {len(got)} of {count} results within '
-                           f'{timeout_s} s') from None
-  return got
 
 
 def _newest_checkpoint(checkpoint_dir):

@@ -1,0 +1,129 @@
+"""A buffer sharded over three `smart-replay-serve` processes (and the same
+test on one server), eight actor processes and a learner process; one shard
+is killed (`kill -9`) and restarted while they run.
+
+Sampling must never stop (with shards, the learner goes on from the others
+while one is down; with one server it waits), and the learner must sample
+the restarted server again; the restart's loss must be counted by the
+restarted server and by every actor pinned to it (and by no other); and the
+counts must add up: each shard holds what its actors wrote, less what they
+counted lost.
+"""
+
+import collections
+import signal
+
+import pytest
+
+from smart_replay.remote import serving_record
+from tests.smart_replay.remote import remote_workers
+from tests.smart_replay.remote import serve_process
+
+SPAWN, served = serve_process.SPAWN, serve_process.served
+_get, _start = serve_process.get, serve_process.start
+_wait_until = serve_process.wait_until
+
+ACTORS, STEPS = 8, 100
+
+
+def _items(counters):
+  return counters['items']['experience']
+
+
+def _tables(stats, shard):
+  """One shard's tables in `stats()` (one server: its only tables)."""
+  return stats['shards'][shard]['tables'] if 'shards' in stats else (
+      stats['tables'])
+
+
+def _recorded_inserts(checkpoint_dir):
+  record = serving_record.read(checkpoint_dir)
+  return record and record['inserts']
+
+
+@pytest.mark.parametrize('num_shards', [3, 1])
+def test_eight_actors_a_learner_and_a_shard_killed(served, tmp_path,
+                                                   num_shards):
+  dirs = [str(tmp_path / f'shard{k}') for k in range(num_shards)]
+  shards = [served(checkpoint_dir=d) for d in dirs]
+  addresses = [s.address for s in shards]
+  killed = 1 % num_shards
+  results = SPAWN.Queue()
+  go = [SPAWN.Event() for _ in range(ACTORS)]
+  actors = [_start(remote_workers.pinned_actor, addresses, actor_id,
+                   go[actor_id], results, 3, STEPS)
+            for actor_id in range(ACTORS)]
+  reports = collections.defaultdict(dict)  # actor -> phase -> counters
+
+  def phase(index):
+    for event in go if index else ():
+      event.set()
+    for actor_id, got, counters in _get(results, ACTORS):
+      assert got == index
+      reports[actor_id][got] = counters
+
+  phase(0)
+  per_source = SPAWN.Array('q', num_shards)
+  stop = SPAWN.Event()
+  learner = _start(remote_workers.sample_until_stopped, addresses, stop,
+                   per_source, results)
+  _wait_until(lambda: min(per_source[:]) > 0, 'the learner sampling every '
+              'shard', 240)
+  checkpointer, _ = remote_workers.client(addresses, actor_id=0)
+  checkpointer.checkpoint()  # Coordinated over the shards.
+  checkpointer.close()
+
+  phase(1)  # Written after the checkpoint: the killed shard's are lost.
+  pinned = [a for a in range(ACTORS) if a % num_shards == killed]
+  unsaved = sum(_items(reports[a][1]) - _items(reports[a][0]) for a in pinned)
+  watcher, _ = remote_workers.client(addresses, actor_id=0)
+  inserts = _tables(watcher.stats(), killed)['experience']['inserts']
+  _wait_until(lambda: _recorded_inserts(dirs[killed]) == inserts,
+              "the killed shard's serving record of every insert")
+  assert shards[killed].stop(signal.SIGKILL) == -signal.SIGKILL
+
+  if num_shards > 1:
+    before = per_source[:]
+    others = lambda: sum(per_source[:]) - per_source[killed]
+    _wait_until(lambda: others() > sum(before) - before[killed] + 3000,
+                'sampling while a shard is down')
+    # At most what was in flight when it died.
+    assert per_source[killed] - before[killed] <= 4 * 32
+    assert [s['up'] for s in watcher.stats()['shards']] == [
+        k != killed for k in range(num_shards)]
+
+  shards[killed] = served(checkpoint_dir=dirs[killed],
+                          port=shards[killed].port)
+  shards[killed].wait_for(f'at least {unsaved} item(s)', 60)
+  back = per_source[killed]
+  _wait_until(lambda: per_source[killed] > back + 500,
+              'the restarted shard sampled again', 120)
+
+  phase(2)
+  for actor_id in range(ACTORS):
+    last = reports[actor_id][2]
+    lost = (_items(reports[actor_id][1]) - _items(reports[actor_id][0])
+            if actor_id in pinned else 0)
+    assert last['lost_items'] == last['lost_at_restart'] == lost, (
+        actor_id, dict(reports))
+    assert last['lost_steps'] == 0
+  stop.set()
+  (name, learned), = _get(results, 1)
+  assert name == 'learner'
+  if num_shards > 1:
+    sampling = [s['sampling'] for s in learned['shards']]
+    assert sampling[killed]['down_events'] >= 1
+    assert all(s['up'] for s in sampling)
+
+  final = watcher.stats()
+  for shard in range(num_shards):
+    mine = [a for a in range(ACTORS) if a % num_shards == shard]
+    kept = sum(_items(reports[a][2]) - reports[a][2]['lost_items']
+               for a in mine)
+    assert _tables(final, shard)['experience']['items'] == kept
+  assert final['tables']['experience']['items'] == sum(
+      _items(r[2]) - r[2]['lost_items'] for r in reports.values())
+  watcher.close()
+  for process in actors + [learner]:
+    process.join(60)
+    assert process.exitcode == 0
