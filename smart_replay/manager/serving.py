@@ -230,6 +230,8 @@ class Serving:
     self._state.serving.assign(False)
     self._stop_watch()
     running, self._state.running = self._state.running, None
+    if running is not None:
+      running.feeds.close()  # A sharded dataset's threads end with it.
     if running is not None and running.starter is not None:
       running.starter.close()
     self._backend.stop()

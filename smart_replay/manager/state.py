@@ -72,6 +72,44 @@ class Counts:
     self.blocked.clear()
 
 
+class Feeds:
+  """The `ShardFeeds` of a sharded buffer's live dataset iterators; closed
+  (their threads stopped) when the buffer stops, after which a dataset
+  cannot start new ones."""
+
+  def __init__(self):
+    self._live = weakref.WeakSet()
+    self._lock = threading.Lock()
+    self._closed = False
+
+  def add(self, feeds: Any) -> None:
+    """Registers a new iterator's feeds.
+
+    Args:
+      feeds: a `shard_feeds.ShardFeeds`, not started yet.
+
+    Raises:
+      ManagerStateError: if the buffer stopped.
+    """
+    with self._lock:
+      if self._closed:
+        raise errors.ManagerStateError(
+            'the sharded buffer was closed (its manager closed); make a new '
+            'dataset from a new manager.')
+      self._live.add(feeds)
+
+  def __iter__(self) -> Iterator[Any]:
+    return iter(list(self._live))
+
+  def close(self) -> None:
+    """Stops every registered feeds' threads; refuses new ones."""
+    with self._lock:
+      self._closed = True
+      live = list(self._live)
+    for feeds in live:
+      feeds.close()
+
+
 @dataclasses.dataclass
 class Running:
   """What a start built; dropped when the buffer stops.
@@ -98,8 +136,7 @@ class Running:
       default_factory=list)
   starter: Optional[starter_lib.StarterSource] = None
   shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
-  feeds: 'weakref.WeakSet[Any]' = dataclasses.field(
-      default_factory=weakref.WeakSet)
+  feeds: 'Feeds' = dataclasses.field(default_factory=lambda: Feeds())
 
   def flush(self) -> None:
     """Flushes every observer.

@@ -14,9 +14,11 @@ it gets a new stream in a new thread; a thread still blocked in the dead
 stream is abandoned (a daemon; what it might still produce is dropped).
 """
 
+import atexit
 import queue
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from absl import logging
@@ -27,6 +29,24 @@ from smart_replay import errors
 
 # answer(shard) -> an id of the serving instance, or None if it is down.
 Probe = Callable[[int], Optional[str]]
+
+# Feeds whose threads run, stopped at interpreter exit: a feeding thread
+# still inside Reverb's sampler while Python finalizes makes the process
+# hang in TensorFlow's teardown (seen when a script ends without closing
+# its manager).
+_RUNNING: 'weakref.WeakSet[ShardFeeds]' = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_feeds() -> None:
+  """Closes every running `ShardFeeds` and waits (5 s at most) for their
+  threads, before Python finalizes."""
+  deadline = time.monotonic() + 5.0
+  running = list(_RUNNING)
+  for feeds in running:
+    feeds.close()
+  for feeds in running:
+    feeds.join(max(0.0, deadline - time.monotonic()))
 
 
 class ShardFeeds:
@@ -56,8 +76,17 @@ class ShardFeeds:
     self._pending: List[List[Any]] = [[] for _ in range(n)]
     self._lock = threading.Lock()
     self._stop = threading.Event()
-    for k in range(n):
-      self._instances[k] = probe(k)
+    self._threads: List[threading.Thread] = []
+
+  def start(self) -> 'ShardFeeds':
+    """Probes every shard, starts the feeds of those up and the monitor.
+
+    Returns:
+      The feeds themselves.
+    """
+    _RUNNING.add(self)
+    for k in range(len(self._streams)):
+      self._instances[k] = self._probe(k)
       if self._instances[k] is not None:
         self._restart(k)
       else:
@@ -65,6 +94,8 @@ class ShardFeeds:
     self._monitor = threading.Thread(target=self._watch, daemon=True,
                                      name='shard-monitor')
     self._monitor.start()
+    self._threads.append(self._monitor)
+    return self
 
   def _restart(self, k: int) -> None:
     """Gives shard k a new stream in a new thread."""
@@ -74,8 +105,10 @@ class ShardFeeds:
       self._queues[k] = queue.Queue(self._depth)
       self._pending[k] = []
       self.up[k] = True
-    threading.Thread(target=self._feed, args=(k, generation), daemon=True,
-                     name=f'shard-feed-{k}').start()
+    thread = threading.Thread(target=self._feed, args=(k, generation),
+                              daemon=True, name=f'shard-feed-{k}')
+    thread.start()
+    self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
   def _down(self, k: int, why: str) -> None:
     with self._lock:
@@ -137,9 +170,11 @@ class ShardFeeds:
     Raises:
       WaitTimeoutError: if the shard's stream timed out (names its table).
       tf.errors.OpError: if its stream failed otherwise.
+      ManagerStateError: if the feeds were closed.
     """
     parts, generation = [], self._generation[k]
     while count > 0:
+      self._check_open()
       if not self.up[k] or self._generation[k] != generation:
         return None
       if not self._pending[k]:
@@ -167,15 +202,23 @@ class ShardFeeds:
 
     Raises:
       WaitTimeoutError: if none was up for `timeout_s` (names them).
+      ManagerStateError: if the feeds were closed.
     """
     deadline = time.monotonic() + self._timeout_s
     while not self.up.any():
+      self._check_open()
       if time.monotonic() > deadline:
         raise errors.WaitTimeoutError(
             f'no shard of the sharded buffer answered for {self._timeout_s:g}'
             f' s (sample_timeout_s): {self.where} are all down.')
       time.sleep(0.1)
     return self.up.copy()
+
+  def _check_open(self) -> None:
+    if self._stop.is_set():
+      raise errors.ManagerStateError(
+          f'the sharded buffer over {self.where} was closed (its manager '
+          'closed); make a new dataset from a new manager.')
 
   def status(self) -> List[Dict[str, Any]]:
     """Per shard: whether it is up and how often it went down."""
@@ -187,3 +230,15 @@ class ShardFeeds:
     """Stops the monitor and the feeding threads (a thread blocked in a
     dead shard's stream stays blocked; it is a daemon)."""
     self._stop.set()
+    _RUNNING.discard(self)
+
+  def join(self, timeout_s: float) -> None:
+    """Waits up to `timeout_s` in all for the threads to end (after
+    `close`).
+
+    Args:
+      timeout_s: seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    for thread in list(self._threads):
+      thread.join(max(0.0, deadline - time.monotonic()))

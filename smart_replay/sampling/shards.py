@@ -74,8 +74,9 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
       its Reverb server (`reverb_probe`).
     check_s: seconds between two probes of every shard.
     seed: seeds the draw of shards (None: fresh entropy).
-    on_start: called with the `ShardFeeds` of each new iterator (e.g. to
-      report which shards are up and how often they went down).
+    on_start: called with the `ShardFeeds` of each new iterator before its
+      threads start (e.g. to report which shards are up, and to close them
+      with the buffer); it may raise to refuse them.
 
   Returns:
     A dataset of `(trajectory, ReplayInfo)` batches with `ReplayInfo.source`
@@ -116,7 +117,8 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
     feeds = shard_feeds.ShardFeeds(streams, where, probe=probe,
                                    check_s=check_s, timeout_s=timeout_s)
     if on_start is not None:
-      on_start(feeds)
+      on_start(feeds)  # May refuse (a closed manager): no thread started.
+    feeds.start()
     masses, table_sizes = start.copy(), start.copy()
     rng = np.random.default_rng(seed)
     try:
@@ -154,8 +156,11 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
                                     decode=decode,
                                     as_train_kwargs=as_train_kwargs)
 
-  return tf.data.Dataset.from_generator(
-      batches, output_signature=signature).map(finish).prefetch(prefetch)
+  # After an error (a shard's stream timed out) the next batch starts a
+  # fresh generator, so the same iterator samples again on the next call.
+  return tf.data.Dataset.range(2**62).flat_map(
+      lambda _: tf.data.Dataset.from_generator(
+          batches, output_signature=signature)).map(finish).prefetch(prefetch)
 
 
 def _size(client: reverb.Client, table: str, timeout_s: float) -> int:

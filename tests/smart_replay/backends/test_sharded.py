@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import smart_replay
 from smart_replay.backends import sharded
@@ -160,3 +161,37 @@ def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
   assert learner.stats()['shards'][2]['sampling']['up']
   learner.close()
 
+
+
+def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(
+    shards, data_spec):
+  addresses = shards(2)
+  manager, observer = _client(addresses, data_spec, actor_id=0)
+  testing.run_actor(observer, 30)
+  manager.flush()
+  learner = smart_replay.ReplayBufferManager(
+      data_spec=data_spec, server_address=addresses, sample_timeout_s=2.0)
+  learner.connect()
+  feeding = lambda: {t for t in threading.enumerate()
+                     if t.name.startswith(('shard-feed', 'shard-monitor'))}
+  others = feeding()  # Of earlier tests' datasets.
+  batches = iter(learner.get_dataset(batch_size=16, num_steps=2))
+  with pytest.raises(tf.errors.OpError, match=r'(?s)Timed out after 2 s '
+                     "waiting to sample from Reverb table 'experience'"):
+    for _ in range(20):  # Shard 1 is empty: a draw from it times out.
+      next(batches)
+  writer, observer = _client(addresses, data_spec, actor_id=1)
+  testing.run_actor(observer, 30, seed=1)
+  writer.flush()
+  assert set(_draw(batches, 20)) == {0, 1}
+  # Closing the manager ends the dataset's threads; its iterator raises.
+  learner.close()
+  with pytest.raises(tf.errors.OpError, match='was closed'):
+    for _ in range(10):
+      next(batches)
+  deadline = time.monotonic() + 30
+  while feeding() - others:
+    assert time.monotonic() < deadline, feeding() - others
+    time.sleep(0.1)
+  writer.close()
+  manager.close()
