@@ -20,7 +20,8 @@
   buffer's observers;
 - `shard<k>/items`, `shard<k>/inserts`, `shard<k>/samples`: each shard of a
   sharded buffer (client mode over several servers; the first table), beside
-  the sums above.
+  the sums above (of the shards up); `shard<k>/up`: 1, or 0 while the shard
+  does not answer.
 - `starter/items`: the items of a manager's read-only starter table (see
   `smart_replay.mixing`), when it has one.
 """
@@ -66,9 +67,11 @@ def buffer_scalars(manager: Any) -> Dict[str, float]:
       scalars.update({f'{prefix}/{k}': v for k, v in values.items()})
   first = next(iter(tables))
   for index, shard in enumerate(stats.get('shards', ())):
+    scalars[f'buffer/shard{index}/up'] = float(shard.get('up', True))
     for field in ('items', 'inserts', 'samples'):
-      scalars[f'buffer/shard{index}/{field}'] = float(
-          shard['tables'][first][field])
+      if first in shard['tables']:  # A shard down has none.
+        scalars[f'buffer/shard{index}/{field}'] = float(
+            shard['tables'][first][field])
   starter = getattr(manager, 'starter', None)
   if starter is not None:  # A read-only starter table mixed into batches.
     scalars['buffer/starter/items'] = float(starter.items)

@@ -5,6 +5,7 @@
 checkpoints, on the same port (a coordinated restore of a sharded buffer).
 """
 
+import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
@@ -68,20 +69,22 @@ def reopen(manager: manager_lib.ReplayBufferManager, path: str
     the newest usable checkpoint, the error)`.
   """
   opts = manager.options
+  # Every option given flat, so gin bindings of `ReplayBufferManager` (the
+  # server's configs) cannot add to or clash with them.
+  flat = {field.name: getattr(group, field.name)
+          for group in (opts.shape, opts.location, opts.writes, opts.timeouts)
+          for field in dataclasses.fields(group)}
 
   def fresh() -> manager_lib.ReplayBufferManager:
-    return manager_lib.ReplayBufferManager(
-        opts.data_spec, shape=opts.shape, location=opts.location,
-        writes=opts.writes, timeouts=opts.timeouts)
+    return manager_lib.ReplayBufferManager(opts.data_spec, **flat)
 
+  restored, fallback = fresh(), fresh()  # Built before anything stops.
   manager.close()
-  restored = fresh()
   try:
     restored.load_replay_buffer(path)
     return restored, None
   except errors.SmartReplayError as e:
     restored.close()
-    fallback = fresh()
     fallback.load_replay_buffer()
     return fallback, e
 

@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import math
+import time
 import socket
 from typing import Callable, Dict, Optional, Sequence
 
@@ -43,13 +44,20 @@ def server_info(client: reverb.Client, timeout_s: float
     ServerUnavailableError: (a `WaitTimeoutError`) if the server did not
       answer in time; the message names the address and the timeout.
   """
-  try:
-    return client.server_info(timeout=max(1, math.ceil(timeout_s)))
-  except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
-    raise errors.ServerUnavailableError(
-        f'Reverb server at {client.server_address} did not answer server_info '
-        f'within {timeout_s} s ({e}). Is the server running and reachable?'
-    ) from e
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      return client.server_info(timeout=max(1, math.ceil(timeout_s)))
+    except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
+      # 'Socket closed' is the first call on a channel whose server
+      # restarted: the next call reconnects.
+      if isinstance(e, RuntimeError) and time.monotonic() + 0.1 < deadline:
+        time.sleep(0.1)
+        continue
+      raise errors.ServerUnavailableError(
+          f'Reverb server at {client.server_address} did not answer '
+          f'server_info within {timeout_s} s ({e}). Is the server running '
+          'and reachable?') from e
 
 
 def wait_for_checkpoint(save: concurrent.futures.Future, *, timeout_s: float,

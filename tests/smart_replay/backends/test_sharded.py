@@ -153,6 +153,11 @@ def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
   stats = learner.stats()
   assert [s['up'] for s in stats['shards']] == [True, True, False]
   assert stats['shards'][2]['sampling'] == {'up': False, 'down_events': 1}
+  scalars = summaries.buffer_scalars(learner)
+  assert [scalars[f'buffer/shard{k}/up'] for k in range(3)] == [1, 1, 0]
+  assert 'buffer/shard2/items' not in scalars
+  assert scalars['buffer/items'] == sum(
+      s['tables']['experience']['items'] for s in stats['shards'][:2])
   # Shard 2 comes back on its port, from its checkpoint: sampled again.
   shards.restart(2)
   deadline = time.monotonic() + 30
