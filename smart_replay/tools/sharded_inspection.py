@@ -7,6 +7,7 @@ answered, and reads the coordinated checkpoints every shard holds; any other
 target is `inspection.describe`'s.
 """
 
+import concurrent.futures
 from typing import Any, Dict, List
 
 from smart_replay import errors
@@ -47,7 +48,8 @@ def describe_shards(addresses: List[str], *,
 
   Args:
     addresses: every shard's Reverb 'host:port'.
-    timeout_s: how long to wait for each shard's answers.
+    timeout_s: how long to wait for each shard's answers (all shards are
+      asked at once).
 
   Returns:
     Shard 0's description (spec, lengths, layout) with `source` the
@@ -59,9 +61,12 @@ def describe_shards(addresses: List[str], *,
     ServerUnavailableError: if no shard answers.
   """
   shards, described = [], []
-  for address in addresses:
+  with concurrent.futures.ThreadPoolExecutor(len(addresses)) as pool:
+    asked = [pool.submit(inspection.describe_server, address,
+                         timeout_s=timeout_s) for address in addresses]
+  for address, answer in zip(addresses, asked):  # All waited in parallel.
     try:
-      one = inspection.describe_server(address, timeout_s=timeout_s)
+      one = answer.result()
     except errors.SmartReplayError as e:
       shards.append({'address': address, 'up': False, 'error': str(e)})
       continue
