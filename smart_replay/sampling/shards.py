@@ -226,7 +226,9 @@ def instance_probe(addresses: Sequence[str], *,
     try:
       return channels[k].call('info', timeout_s=timeout_s)['instance']['id']
     except errors.SmartReplayError:
-      channels.pop(k).close()
+      failed = channels.pop(k, None)
+      if failed is not None:
+        failed.close()
       return None
   return probe
 

@@ -14,35 +14,22 @@ import pytest
 
 import smart_replay
 from smart_replay.backends import coordinated
-from smart_replay.remote import replay_server as serve
 from smart_replay.storage import store as checkpoint_store
 from tests import testing
+from tests.smart_replay.remote import in_process_shards
 from tests.smart_replay.remote import remote_workers
 
 SPAWN = multiprocessing.get_context('spawn')
+shards = in_process_shards.shards
 
 
-@pytest.fixture
-def shards(tmp_path, data_spec):
-  """Three served shards; yields `(addresses, servers)`."""
-  servers = []
-  for index in range(3):
-    port = remote_workers.free_port_pair()
-    manager = smart_replay.ReplayBufferManager(
-        data_spec=data_spec, capacity=1000, sequence_length=2,
-        checkpoint_dir=str(tmp_path / f'shard{index}'), port=port)
-    servers.append(serve.ReplayServer(manager, control_port=port + 1).start())
-  yield [s.manager.server_address for s in servers], servers
-  for server in servers:
-    server.close(final_checkpoint=False)
+def _three(start):
+  """Three served shards: `(addresses, servers)`."""
+  return start(3), start.servers
 
 
 def _client(addresses, data_spec, **kwargs):
-  manager = smart_replay.ReplayBufferManager(
-      data_spec=data_spec, server_address=addresses, sample_timeout_s=10.0,
-      write_timeout_s=10.0, **kwargs)
-  manager.connect()
-  return manager
+  return in_process_shards.client(addresses, data_spec, **kwargs)[0]
 
 
 def _write(addresses, data_spec, steps):
@@ -69,7 +56,7 @@ def _recorded_sizes(record):
 
 def test_a_restore_brings_every_shard_back_to_the_coordinated_checkpoint(
     shards, data_spec):
-  addresses, servers = shards
+  addresses, servers = _three(shards)
   _write(addresses, data_spec, [20, 40, 60])
   learner = _client(addresses, data_spec)
   lines = learner.checkpoint(extra={'train_step': 7}).splitlines()
@@ -111,7 +98,7 @@ def test_a_restore_brings_every_shard_back_to_the_coordinated_checkpoint(
 
 
 def test_restore_needs_a_complete_coordinated_checkpoint(shards, data_spec):
-  addresses, _ = shards
+  addresses, _ = _three(shards)
   restorer = smart_replay.ReplayBufferManager(
       data_spec=data_spec, server_address=addresses)
   with pytest.raises(smart_replay.CheckpointNotFoundError,
@@ -128,7 +115,7 @@ def test_restore_needs_a_complete_coordinated_checkpoint(shards, data_spec):
 
 def test_a_shard_that_fails_its_save_leaves_a_checkpoint_restores_ignore(
     shards, data_spec, monkeypatch):
-  addresses, servers = shards
+  addresses, servers = _three(shards)
   _write(addresses, data_spec, [20, 20, 20])
   learner = _client(addresses, data_spec)
   first = learner.checkpoint().splitlines()[0]
@@ -184,7 +171,7 @@ def _save_and_die(addresses, step):
 @pytest.mark.parametrize('step', coordinated.STEPS)
 def test_a_learner_killed_at_each_step_of_a_save_restores_one_checkpoint(
     shards, data_spec, step):
-  addresses, servers = shards
+  addresses, servers = _three(shards)
   _write(addresses, data_spec, [20, 30, 40])
   learner = _client(addresses, data_spec)
   before = learner.checkpoint().splitlines()[0]

@@ -21,14 +21,7 @@ from tests import testing
 from tests.smart_replay.remote import in_process_shards
 
 shards = in_process_shards.shards
-
-
-def _client(addresses, data_spec, **kwargs):
-  manager = smart_replay.ReplayBufferManager(
-      data_spec=data_spec, server_address=addresses, sample_timeout_s=10.0,
-      write_timeout_s=10.0, **kwargs)
-  _, observer = manager.connect()
-  return manager, observer
+_client = in_process_shards.client
 
 
 def test_actors_write_to_their_shard_and_learners_sample_all(shards,
@@ -165,7 +158,6 @@ def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
     assert time.monotonic() < deadline, 'shard 2 was not sampled again'
   assert learner.stats()['shards'][2]['sampling']['up']
   learner.close()
-
 
 
 def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(

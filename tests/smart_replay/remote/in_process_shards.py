@@ -38,3 +38,12 @@ def shards(tmp_path, data_spec):
   yield start
   for server in made:
     server.close(final_checkpoint=False)
+
+
+def client(addresses, data_spec, **kwargs):
+  """A connected client of the shards; returns `(manager, observer)`."""
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec, server_address=addresses, sample_timeout_s=10.0,
+      write_timeout_s=10.0, **kwargs)
+  _, observer = manager.connect()
+  return manager, observer

@@ -99,19 +99,25 @@ def sample_everything(address, expected_items, results):
   manager.close()
 
 
-def phased_actor(address, seed, go, results, phases=2, steps=150):
+def _phases(observer, seed, go, report, phases, steps, wait_s):
   """Writes `steps` steps and flushes, `phases` times, waiting for `go`
-  between phases; reports its counters after each phase."""
-  manager, observer = client(address, reconnect_timeout_s=60.0)
+  between phases; calls `report(phase, counters)` after each."""
   env = testing.make_env(seed)
   policy = testing.make_policy(env, seed)
   for phase in range(phases):
     if phase:
-      go.wait(120)
+      go.wait(wait_s)
       go.clear()
     testing.run_actor(observer, steps, env=env, policy=policy)
     observer.flush()
-    results.put((phase, observer.counters()))
+    report(phase, observer.counters())
+
+
+def phased_actor(address, seed, go, results, phases=2, steps=150):
+  """An actor in phases (`_phases`); reports `(phase, counters)`."""
+  manager, observer = client(address, reconnect_timeout_s=60.0)
+  _phases(observer, seed, go, lambda *report: results.put(report), phases,
+          steps, wait_s=120)
   manager.close()
 
 
@@ -139,20 +145,13 @@ def coordinated_save_and_die(addresses, step, results):
 
 
 def pinned_actor(addresses, actor_id, go, results, phases=3, steps=100):
-  """An actor of a sharded buffer (or one server), pinned by `actor_id`:
-  writes `steps` steps and flushes, `phases` times, waiting for `go` between
-  phases; reports `(actor_id, phase, counters)` after each phase."""
+  """An actor of a sharded buffer (or one server), pinned by `actor_id`, in
+  phases (`_phases`); reports `(actor_id, phase, counters)`."""
   manager, observer = client(addresses, actor_id=actor_id,
                              reconnect_timeout_s=120.0)
-  env = testing.make_env(actor_id)
-  policy = testing.make_policy(env, actor_id)
-  for phase in range(phases):
-    if phase:
-      go.wait(240)
-      go.clear()
-    testing.run_actor(observer, steps, env=env, policy=policy)
-    observer.flush()
-    results.put((actor_id, phase, observer.counters()))
+  _phases(observer, actor_id, go,
+          lambda *report: results.put((actor_id, *report)), phases, steps,
+          wait_s=240)
   manager.close()
 
 

@@ -6,21 +6,13 @@ import urllib.request
 from prometheus_client import parser
 import pytest
 
-import smart_replay
 from smart_replay.remote import metrics
 from smart_replay.tools import sharded_inspection
 from tests import testing
 from tests.smart_replay.remote import in_process_shards
 
 shards = in_process_shards.shards
-
-
-def _client(addresses, data_spec, **kwargs):
-  manager = smart_replay.ReplayBufferManager(
-      data_spec=data_spec, server_address=addresses, sample_timeout_s=10.0,
-      write_timeout_s=10.0, **kwargs)
-  _, observer = manager.connect()
-  return manager, observer
+_client = in_process_shards.client
 
 
 def _scrape(url):
