@@ -13,6 +13,10 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from tf_agents.environments import batched_py_environment
+from tf_agents.policies import random_py_policy
+from tf_agents.train import actor
+from tf_agents.train.utils import train_utils
 
 import smart_replay
 from smart_replay.backends import sharded
@@ -191,4 +195,22 @@ def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(
     assert time.monotonic() < deadline, feeding() - others
     time.sleep(0.1)
   writer.close()
+  manager.close()
+
+
+def test_a_batched_environment_writes_all_its_environments_to_one_shard(
+    shards, data_spec):
+  addresses = shards(3)
+  envs = [testing.make_env(seed=i) for i in range(4)]
+  policy = random_py_policy.RandomPyPolicy(
+      envs[0].time_step_spec(), envs[0].action_spec(),
+      info_spec=testing.INFO_SPEC, outer_dims=(4,), seed=1)
+  manager, observer = _client(addresses, data_spec, actor_id=5, num_envs=4)
+  actor.Actor(batched_py_environment.BatchedPyEnvironment(envs), policy,
+              train_utils.create_train_step(), steps_per_run=40,
+              observers=[observer]).run()
+  manager.flush()
+  sizes = [s['tables']['experience']['items']
+           for s in manager.stats()['shards']]
+  assert sizes == [0, 0, observer.num_items] and observer.num_items > 30
   manager.close()
