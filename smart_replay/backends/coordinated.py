@@ -35,24 +35,24 @@ def new_id() -> str:
 
 
 def _on_every_shard(call: Call, addresses: Sequence[str], method: str,
-                    args: Callable[[int], Dict[str, Any]],
-                    what: str) -> List[Any]:
-  """`call`s `method` on every shard in parallel; raises naming each shard
-  that failed (after all answered or failed)."""
-  if not addresses:
+                    args: Callable[[int], Dict[str, Any]], what: str, *,
+                    shards: Optional[Sequence[int]] = None) -> List[Any]:
+  """`call`s `method` on every shard (or those of `shards`) in parallel;
+  raises naming each shard that failed (after all answered or failed)."""
+  shards = range(len(addresses)) if shards is None else shards
+  if not shards:
     return []
-  with concurrent.futures.ThreadPoolExecutor(len(addresses)) as pool:
-    futures = [pool.submit(call, k, method, args(k))
-               for k in range(len(addresses))]
+  with concurrent.futures.ThreadPoolExecutor(len(shards)) as pool:
+    futures = [pool.submit(call, k, method, args(k)) for k in shards]
     answers, failures = [], []
-    for k, future in enumerate(futures):
+    for k, future in zip(shards, futures):
       try:
         answers.append(future.result())
       except errors.SmartReplayError as e:
         failures.append((k, e))
   if failures:
     raise errors.CheckpointWriteError(
-        f'{what} failed on {len(failures)} of {len(addresses)} shard(s): '
+        f'{what} failed on {len(failures)} of {len(shards)} shard(s): '
         + '; '.join(f'shard {k} ({addresses[k]}): {type(e).__name__}: {e}'
                     for k, e in failures)) from failures[0][1]
   return answers
@@ -90,15 +90,13 @@ def save(call: Call, addresses: Sequence[str], *,
                         'counts': answer['counts']}
                        for address, answer in zip(addresses, saved)]}
   # The first shard's record, then the others': a test kills in between.
-  _on_every_shard(call, addresses[:1], 'coordinated_commit',
-                  lambda k: {'record': record, 'shard': 0},
-                  f'recording coordinated checkpoint {coordinated_id}')
-  _fault_point('recorded_on_first')
-  _on_every_shard(lambda k, m, a: call(k + 1, m, a), addresses[1:],
-                  'coordinated_commit',
-                  lambda k: {'record': record, 'shard': k + 1},
-                  f'recording coordinated checkpoint {coordinated_id}')
-  _fault_point('recorded_on_all')
+  for shards in ([0], range(1, len(addresses))):
+    _on_every_shard(call, addresses, 'coordinated_commit',
+                    lambda k: {'record': record, 'shard': k},
+                    f'recording coordinated checkpoint {coordinated_id}',
+                    shards=shards)
+    _fault_point('recorded_on_first' if shards == [0] else
+                 'recorded_on_all')
   logging.info('Coordinated checkpoint %s of %d shards: %s', coordinated_id,
                len(addresses), [s['path'] for s in record['shards']])
   return record

@@ -163,8 +163,7 @@ class Serving:
         (see `TrajectoryObserver`).
     """
     if self._state.running is not None:
-      self._state.running.flush()
-      self._check_restart()
+      self._state.running.flush()  # Each observer's flush checks restarts.
 
   def clear(self) -> None:
     """Empties every table of the running server; checkpoints are untouched.

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 from absl import logging
 
 from smart_replay.storage import durable
+from smart_replay.storage import manifest as manifest_lib
 
 RECORDS_DIR = 'coordinated'
 # The key of a shard checkpoint's manifest `extra` holding its coordinated id.
@@ -82,7 +83,8 @@ def write_record(buffer_dir: str, record: Dict[str, Any], *,
 
   Raises:
     ValueError: if the record has no valid id or no shards.
-    OSError: if writing fails (e.g. a full disk); no record is left.
+    OSError: if writing fails (e.g. a full disk); no record is left (a
+      `.tmp` file may be, which `read_records` ignores).
   """
   coordinated_id = check_id(record.get('id'))
   if not record.get('shards'):
@@ -91,15 +93,7 @@ def write_record(buffer_dir: str, record: Dict[str, Any], *,
   folder = os.path.join(buffer_dir, RECORDS_DIR)
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, f'{coordinated_id}.json')
-  temporary = path + '.tmp'
-  try:
-    with open(temporary, 'w') as f:
-      json.dump(record, f, indent=2, sort_keys=True)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(temporary, path)
-  finally:
-    durable.remove(temporary if os.path.exists(temporary) else None)
+  manifest_lib.write(path, record)  # Temporary file, fsync, rename.
   durable.fsync_dir(folder)
   for old in sorted(_names(folder))[:-keep]:
     durable.remove(os.path.join(folder, old))
