@@ -204,7 +204,7 @@ class Reporting:
 def _sampling(feeds: Any, count: int) -> Optional[List[Dict[str, Any]]]:
   """Per shard: whether every live dataset's sampler sees it up, and how
   often they saw it go down; None without a live sharded dataset."""
-  live = [f.status() for f in list(feeds)]
+  live = [s for s in (f.status() for f in list(feeds)) if s]
   if not live:
     return None
   return [{'up': all(s[k]['up'] for s in live),

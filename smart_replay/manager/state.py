@@ -73,9 +73,8 @@ class Counts:
 
 
 class Feeds:
-  """The `ShardFeeds` of a sharded buffer's live dataset iterators; closed
-  (their threads stopped) when the buffer stops, after which a dataset
-  cannot start new ones."""
+  """The `BatchPump`s of a sharded buffer's datasets; closed (their threads
+  stopped) when the buffer stops, after which no dataset can be made."""
 
   def __init__(self):
     self._live = weakref.WeakSet()
@@ -83,10 +82,10 @@ class Feeds:
     self._closed = False
 
   def add(self, feeds: Any) -> None:
-    """Registers a new iterator's feeds.
+    """Registers a new dataset's pump.
 
     Args:
-      feeds: a `shard_feeds.ShardFeeds`, not started yet.
+      feeds: a `shard_feeds.BatchPump`, not started yet.
 
     Raises:
       ManagerStateError: if the buffer stopped.
@@ -102,7 +101,7 @@ class Feeds:
     return iter(list(self._live))
 
   def close(self) -> None:
-    """Stops every registered feeds' threads; refuses new ones."""
+    """Stops every registered pump's threads; refuses new ones."""
     with self._lock:
       self._closed = True
       live = list(self._live)
@@ -124,8 +123,8 @@ class Running:
     starter: the read-only starter table served beside the buffer, or None.
     shards: a sharded buffer's clients and TF clients, one pair per shard
       (`client` is the one written to); empty for one server.
-    feeds: the `ShardFeeds` of a sharded buffer's live dataset iterators
-      (which shards their samplers see up).
+    feeds: the `BatchPump`s of a sharded buffer's datasets (which shards
+      their samplers see up).
   """
   client: reverb.Client
   config: config_lib.BufferConfig

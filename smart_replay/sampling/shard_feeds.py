@@ -12,14 +12,24 @@ next batches; a batch waiting on it is drawn again from the others. When it
 answers again, or answers as a new instance (restarted between two checks),
 it gets a new stream in a new thread; a thread still blocked in the dead
 stream is abandoned (a daemon; what it might still produce is dropped).
+
+The batches drawn from the feeds reach `tf.data` through a TensorFlow queue
+(`BatchPump`): a thread of its own draws them and enqueues them, and the
+dataset dequeues them in the graph. No `tf.data` thread ever runs Python, so
+a learner that ends without closing anything exits: a Python generator in
+`tf.data` (`from_generator`) was still running when the interpreter
+finalized, and the iterator's destructor then waited forever for it (it
+needed the lock the finalizing thread held), or the process aborted
+("FATAL: exception not rethrown").
 """
 
 import atexit
 import queue
+import re
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -30,23 +40,22 @@ from smart_replay import errors
 # answer(shard) -> an id of the serving instance, or None if it is down.
 Probe = Callable[[int], Optional[str]]
 
-# Feeds whose threads run, stopped at interpreter exit: a feeding thread
-# still inside Reverb's sampler while Python finalizes makes the process
-# hang in TensorFlow's teardown (seen when a script ends without closing
-# its manager).
-_RUNNING: 'weakref.WeakSet[ShardFeeds]' = weakref.WeakSet()
+# Pumps and feeds whose threads run, stopped at interpreter exit: a thread
+# that returns from TensorFlow or Reverb into Python while the interpreter
+# finalizes aborts the process.
+_RUNNING: 'weakref.WeakSet[Any]' = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_running_feeds() -> None:
-  """Closes every running `ShardFeeds` and waits (5 s at most) for their
-  threads, before Python finalizes."""
+def _stop_running_threads() -> None:
+  """Closes every running `BatchPump` and `ShardFeeds` and waits (5 s at
+  most) for their threads, before Python finalizes."""
   deadline = time.monotonic() + 5.0
   running = list(_RUNNING)
-  for feeds in running:
-    feeds.close()
-  for feeds in running:
-    feeds.join(max(0.0, deadline - time.monotonic()))
+  for each in running:
+    each.close()
+  for each in running:
+    each.join(max(0.0, deadline - time.monotonic()))
 
 
 class ShardFeeds:
@@ -242,3 +251,147 @@ class ShardFeeds:
     deadline = time.monotonic() + timeout_s
     for thread in list(self._threads):
       thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _first_line(error: Exception) -> str:
+  """The first line of an error's message, without TensorFlow's function
+  prefix (a Python traceback may follow it)."""
+  text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+  return re.sub(r'^(\{\{[^}]*\}\}\s*)+', '', text.strip()).split('\n')[0]
+
+
+class BatchPump:
+  """Hands batches drawn in Python to `tf.data` through a TensorFlow queue.
+
+  A thread of its own (`shard-pump`) makes `ShardFeeds` with `make_feeds`,
+  draws batches from them with `draw(feeds)` and enqueues each; when
+  `draw` raises (a shard's stream timed out), the error is enqueued in the
+  batch's place, to be raised by the dataset for that batch, and drawing
+  starts again with new feeds. `dataset()` dequeues in the graph. Closing
+  the pump (its manager closed) stops the thread and the feeds; the dataset
+  then raises `closed_message`.
+
+  Args:
+    make_feeds: makes the feeds of one round (not started).
+    draw: yields batches (flat lists of arrays matching `signature`) from
+      started feeds.
+    signature: the flat `tf.TensorSpec`s of one batch.
+    closed_message: what the dataset raises once the pump is closed.
+    depth: batches the queue holds.
+  """
+
+  def __init__(self, make_feeds: Callable[[], ShardFeeds],
+               draw: Callable[[ShardFeeds], Iterator[Sequence[Any]]],
+               signature: Sequence[tf.TensorSpec], *, closed_message: str,
+               depth: int = 2):
+    self._make_feeds, self._draw = make_feeds, draw
+    self._signature = list(signature)
+    self._closed_message = closed_message
+    self._depth = depth
+    # One slot more than the pump fills: room for the closing error.
+    self._queue = tf.queue.FIFOQueue(
+        depth + 1, [spec.dtype for spec in self._signature] + [tf.string])
+    self._empty = [np.zeros([d or 0 for d in spec.shape],
+                            spec.dtype.as_numpy_dtype)
+                   for spec in self._signature]
+    self._stop = threading.Event()
+    self._lock = threading.Lock()
+    self._feeds: Optional[ShardFeeds] = None
+    self._thread = threading.Thread(target=self._run, daemon=True,
+                                    name='shard-pump')
+
+  def start(self) -> 'BatchPump':
+    """Starts the pump's thread.
+
+    Returns:
+      The pump itself.
+    """
+    _RUNNING.add(self)
+    self._thread.start()
+    return self
+
+  def dataset(self) -> tf.data.Dataset:
+    """The endless dataset of the pump's batches (flat tuples); an error
+    enqueued in a batch's place is raised as a `tf.errors.OpError` with its
+    message, and the next element is the next batch."""
+    signature, queue_ = self._signature, self._queue
+
+    def take(_):
+      *flat, error = queue_.dequeue()
+      failed = tf.debugging.Assert(tf.equal(error, ''), [error])
+      with tf.control_dependencies([failed]):
+        return tuple(tf.ensure_shape(t, spec.shape)
+                     for t, spec in zip(flat, signature))
+
+    return tf.data.Dataset.range(2**62).map(take)
+
+  def _run(self) -> None:
+    """The pump's thread: rounds of feeds until closed. Any error of a round
+    is enqueued for the dataset to raise (so it never waits for a thread that
+    died), and the next round starts new feeds."""
+    while not self._stop.is_set():
+      feeds = None
+      try:
+        feeds = self._make_feeds()
+        with self._lock:
+          if self._stop.is_set():
+            return
+          self._feeds = feeds
+        feeds.start()
+        for batch in self._draw(feeds):
+          if not self._put(list(batch), ''):
+            return
+      except Exception as e:  # pylint: disable=broad-except
+        if self._stop.is_set() or not self._put(self._empty, _first_line(e)):
+          return
+      finally:
+        if feeds is not None:
+          feeds.close()
+
+  def _put(self, flat: List[Any], error: str) -> bool:
+    """Enqueues once the queue has room (keeping one slot free); False if
+    the pump was closed meanwhile."""
+    wait = 0.0005
+    while not self._stop.is_set():
+      if int(self._queue.size()) < self._depth:
+        self._queue.enqueue(flat + [error])
+        return True
+      self._stop.wait(wait)
+      wait = min(2 * wait, 0.02)
+    return False
+
+  def status(self) -> List[Dict[str, Any]]:
+    """Per shard: whether the current feeds see it up, and how often they
+    saw it go down (`ShardFeeds.status`); empty before the first round."""
+    feeds = self._feeds
+    return feeds.status() if feeds is not None else []
+
+  def close(self) -> None:
+    """Stops the pump and its feeds; the dataset raises `closed_message`
+    after the batches already queued. Safe to call more than once."""
+    with self._lock:
+      if self._stop.is_set():
+        return
+      self._stop.set()
+      feeds = self._feeds
+    _RUNNING.discard(self)
+    if feeds is not None:
+      feeds.close()
+    self._thread.join(5.0)
+    try:
+      if not self._thread.is_alive():  # Else its put may still take a slot.
+        self._queue.enqueue(self._empty + [self._closed_message])
+    finally:
+      self._queue.close(cancel_pending_enqueues=True)
+
+  def join(self, timeout_s: float) -> None:
+    """Waits up to `timeout_s` for the pump's and its feeds' threads.
+
+    Args:
+      timeout_s: seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    self._thread.join(timeout_s)
+    feeds = self._feeds
+    if feeds is not None:
+      feeds.join(max(0.0, deadline - time.monotonic()))

@@ -15,10 +15,13 @@ The masses are read from what each shard's samples carry (Reverb's
 `SampleInfo`: `table_size`, and `priority ** alpha / probability` for the
 sum), refreshed by every batch, and start from the sizes the servers report
 when the dataset is made. Each shard is sampled by its own thread
-(`shard_feeds`): a shard that stops answering gets no share until it is back
-(with a new stream), so sampling goes on from the others. Importance weights
-are computed over the whole buffer, `(N * P(i)) ** -beta` with N the total
-size and P(i) the probability above, normalized by the batch's largest.
+(`shard_feeds`), and the batches reach `tf.data` through a queue that a
+thread of the dataset fills from the moment it is made (`BatchPump`), so no
+`tf.data` thread runs Python. A shard that stops answering gets no share
+until it is back (with a new stream), so sampling goes on from the others.
+Importance weights are computed over the whole buffer, `(N * P(i)) ** -beta`
+with N the total size and P(i) the probability above, normalized by the
+batch's largest.
 `ReplayInfo.source` is the shard each element came from, which is where its
 priority must be updated (`update_priorities`).
 """
@@ -37,6 +40,7 @@ from smart_replay.sampling import mixing
 from smart_replay.sampling import priorities as priorities_lib
 from smart_replay.sampling import shard_feeds
 from smart_replay.server import control as control_lib
+from smart_replay.server import control_access
 from smart_replay.utils import checks
 
 
@@ -50,7 +54,7 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
                     probe: Optional[shard_feeds.Probe] = None,
                     check_s: float = 0.5,
                     seed: Optional[int] = None,
-                    on_start: Optional[Callable[[shard_feeds.ShardFeeds],
+                    on_start: Optional[Callable[[shard_feeds.BatchPump],
                                                 None]] = None
                     ) -> tf.data.Dataset:
   """A dataset of batches over every shard (module docstring).
@@ -74,9 +78,9 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
       its Reverb server (`reverb_probe`).
     check_s: seconds between two probes of every shard.
     seed: seeds the draw of shards (None: fresh entropy).
-    on_start: called with the `ShardFeeds` of each new iterator before its
-      threads start (e.g. to report which shards are up, and to close them
-      with the buffer); it may raise to refuse them.
+    on_start: called with the dataset's `shard_feeds.BatchPump` before its
+      threads start (e.g. to report which shards are up, and to close it
+      with the buffer); it may raise to refuse it.
 
   Returns:
     A dataset of `(trajectory, ReplayInfo)` batches with `ReplayInfo.source`
@@ -110,44 +114,43 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
   chunk_spec = streams[0]().element_spec
   probe = probe or reverb_probe([side.client for side in shards])
 
-  def batches():
+  def make_feeds() -> shard_feeds.ShardFeeds:
+    return shard_feeds.ShardFeeds(streams, where, probe=probe,
+                                  check_s=check_s, timeout_s=timeout_s)
+
+  def batches(feeds: shard_feeds.ShardFeeds):
     """Draws each batch's shards from the masses (one multinomial per
     batch: the same as one draw per element), takes that many samples of
     each, and refreshes the masses from what the samples carry."""
-    feeds = shard_feeds.ShardFeeds(streams, where, probe=probe,
-                                   check_s=check_s, timeout_s=timeout_s)
-    if on_start is not None:
-      on_start(feeds)  # May refuse (a closed manager): no thread started.
-    feeds.start()
     masses, table_sizes = start.copy(), start.copy()
     rng = np.random.default_rng(seed)
-    try:
-      while True:
-        up = feeds.wait_for_any()
-        weights = np.where(up, masses, 0.0)
-        share = weights / weights.sum()
-        counts = rng.multinomial(batch_size, share)
-        parts = []
-        for k in np.flatnonzero(counts):
-          taken = feeds.take(int(k), int(counts[k]))
-          if taken is None:
-            break  # Shard k went down: draw the batch again.
-          parts += taken
-        else:
-          data, info, mask, source = tf.nest.map_structure(
-              lambda *xs: np.concatenate(xs), *parts)
-          _observe(info, source, masses, table_sizes, alpha)
-          yield (data, info, mask, source,
-                 share[source] * info.probability.astype(np.float64),
-                 table_sizes.sum())
-    finally:
-      feeds.close()
+    while True:
+      up = feeds.wait_for_any()
+      weights = np.where(up, masses, 0.0)
+      share = weights / weights.sum()
+      counts = rng.multinomial(batch_size, share)
+      parts = []
+      for k in np.flatnonzero(counts):
+        taken = feeds.take(int(k), int(counts[k]))
+        if taken is None:
+          break  # Shard k went down: draw the batch again.
+        parts += taken
+      else:
+        data, info, mask, source = tf.nest.map_structure(
+            lambda *xs: np.concatenate(xs), *parts)
+        _observe(info, source, masses, table_sizes, alpha)
+        yield tf.nest.flatten(
+            (data, info, mask, source,
+             share[source] * info.probability.astype(np.float64),
+             table_sizes.sum()))
 
   beta = shards[0].beta
   signature = (*chunk_spec, tf.TensorSpec([None], tf.float64),
                tf.TensorSpec([], tf.float64))
 
-  def finish(data, info, mask, source, probability, total):
+  def finish(*flat):
+    data, info, mask, source, probability, total = tf.nest.pack_sequence_as(
+        signature, flat)
     if beta is None:
       weight = tf.ones_like(info.probability, tf.float32)
     else:
@@ -156,11 +159,13 @@ def sharded_dataset(shards: Sequence[mixing.Source], *, data_spec: Any,
                                     decode=decode,
                                     as_train_kwargs=as_train_kwargs)
 
-  # After an error (a shard's stream timed out) the next batch starts a
-  # fresh generator, so the same iterator samples again on the next call.
-  return tf.data.Dataset.range(2**62).flat_map(
-      lambda _: tf.data.Dataset.from_generator(
-          batches, output_signature=signature)).map(finish).prefetch(prefetch)
+  pump = shard_feeds.BatchPump(
+      make_feeds, batches, tf.nest.flatten(signature),
+      closed_message=f'the sharded buffer over {where} was closed (its '
+      'manager closed); make a new dataset from a new manager.')
+  if on_start is not None:
+    on_start(pump)  # May refuse (a closed manager): no thread started.
+  return pump.start().dataset().map(finish).prefetch(prefetch)
 
 
 def _size(client: reverb.Client, table: str, timeout_s: float) -> int:
@@ -205,12 +210,14 @@ def reverb_probe(clients: Sequence[reverb.Client], *,
 
 
 def instance_probe(addresses: Sequence[str], *,
+                   credentials: control_access.ClientCredentials,
                    timeout_s: float = 1.0) -> shard_feeds.Probe:
   """A probe that asks each shard's control service which instance serves.
 
   Args:
     addresses: each shard's Reverb address (its control service at the
       default control port).
+    credentials: what the control services require of their callers.
     timeout_s: how long a shard may take to answer.
 
   Returns:
@@ -222,7 +229,8 @@ def instance_probe(addresses: Sequence[str], *,
   def probe(k: int) -> Optional[str]:
     if k not in channels:
       channels[k] = control_lib.ControlClient(
-          control_lib.control_address_for(addresses[k]))
+          control_lib.control_address_for(addresses[k]),
+          credentials=credentials)
     try:
       return channels[k].call('info', timeout_s=timeout_s)['instance']['id']
     except errors.SmartReplayError:
