@@ -313,8 +313,10 @@ class CheckpointStore:
     return True
 
   def prune(self) -> None:
-    """Keeps the newest `keep` checkpoints that verify, and apart from them
-    the newest `keep` of coordinated checkpoints (see `coordinated`).
+    """Keeps the newest `keep` checkpoints that verify in each retention
+    group (`coordinated.retention_group`): the buffer's own, coordinated
+    ones, and those clients asked for over the network, so that a flood of
+    client requests never prunes a checkpoint the server made.
 
     A checkpoint that does not verify is never counted as kept: it is set
     aside to `orphaned/` (bounded, see `durable.set_aside`), so retention
@@ -324,15 +326,15 @@ class CheckpointStore:
     Raises:
       OSError: if moving or deleting fails.
     """
-    kept = {False: 0, True: 0}  # Scheduled and coordinated, apart.
+    kept = {}  # Checkpoints kept per retention group.
     for path in reversed(self.checkpoints()):
       if not self.is_good(path):
         durable.set_aside(self.root, path, reason='it does not verify')
         self._good.pop(path, None)
         continue
-      group = coordinated.is_coordinated(layout.read_manifest(path))
-      if kept[group] < self.keep:
-        kept[group] += 1
+      group = coordinated.retention_group(layout.read_manifest(path))
+      if kept.get(group, 0) < self.keep:
+        kept[group] = kept.get(group, 0) + 1
       else:
         durable.remove_tree(path)
         self._good.pop(path, None)

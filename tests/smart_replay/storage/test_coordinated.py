@@ -8,8 +8,8 @@ import pytest
 from smart_replay.storage import coordinated
 
 
-def _record(coordinated_id, paths=('/a/ckpt-000001',)):
-  return {'id': coordinated_id, 'created_utc': 'now',
+def _record(coordinated_id, paths=('/a/ckpt-000001',), shard=0):
+  return {'id': coordinated_id, 'created_utc': 'now', 'shard': shard,
           'shards': [{'address': f'h{k}:8000', 'path': path, 'counts': {}}
                      for k, path in enumerate(paths)]}
 
@@ -24,10 +24,27 @@ def test_records_are_written_whole_read_in_order_and_bounded(tmp_path):
     path = coordinated.write_record(str(tmp_path), _record(coordinated_id),
                                     keep=2)
     assert json.load(open(path))['id'] == coordinated_id
+  # Pruned by the server's write time, never by the id a client chose.
   assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [
-      ID2, ID3]
+      ID1, ID3]
   assert sorted(os.listdir(tmp_path / coordinated.RECORDS_DIR)) == [
-      f'{ID2}.json', f'{ID3}.json']
+      f'{ID1}.json', f'{ID3}.json']
+
+
+def test_far_future_ids_cannot_push_real_records_out(tmp_path):
+  with pytest.raises(ValueError, match=r"id must be no later than this "
+                     r"server's clock \(20\d\d-.*plus 300 s"):
+    coordinated.write_record(str(tmp_path),
+                             _record('99991231T235959999999Z-deadbeef'))
+  # Planted on disk anyway (by hand): skipped when read, and pruned first.
+  folder = tmp_path / coordinated.RECORDS_DIR
+  folder.mkdir()
+  planted = dict(_record('99991231T235959999999Z-deadbeef'),
+                 recorded_unix=0.0)
+  (folder / f'{planted["id"]}.json').write_text(json.dumps(planted))
+  coordinated.write_record(str(tmp_path), _record(ID1), keep=1)
+  assert os.listdir(folder) == [f'{ID1}.json']
+  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [ID1]
 
 
 def test_an_unreadable_record_is_skipped(tmp_path):
@@ -40,12 +57,31 @@ def test_an_unreadable_record_is_skipped(tmp_path):
 @pytest.mark.parametrize('record, message', [
     (_record('ckpt-1'), "looks like '20261126T061500123456Z-0a1b2c3d', got "
      "'ckpt-1'"),
-    ({'id': ID1, 'shards': []}, f'coordinated record {ID1} names no shards'),
+    (_record(ID1 + '\n'), 'looks like'),  # `$` would let a newline through.
+    (_record('20261399T000000Z-0a1b2c3d'), 'does not start with a real UTC'),
+    ({'id': ID1, 'shards': [], 'shard': 0}, 'shards must be a list of 1 to'),
+    (_record(ID1, shard=7), 'shard must be an index of shards, 0 to 0, got 7'),
+    (_record(ID1, shard='0'), "shard must be an index of shards"),
+    (dict(_record(ID1), shards='x'), "shards must be a list"),
+    (dict(_record(ID1), shards=[{'path': 1}]),
+     r'shards\[0\].address must be a string'),
+    (dict(_record(ID1), extra='x'), 'extra must be a JSON object'),
+    (dict(_record(ID1), extra={'a': 'x' * (300 << 10)}),
+     'its size in bytes must be at most 262144'),
+    (['not', 'a', 'dict'], 'the record must be a JSON object'),
 ])
 def test_bad_records_are_refused(tmp_path, record, message):
   with pytest.raises(ValueError, match=message):
     coordinated.write_record(str(tmp_path), record)
   assert coordinated.read_records(str(tmp_path)) == []
+
+
+def test_a_poisoned_record_on_disk_is_skipped_not_fatal(tmp_path):
+  coordinated.write_record(str(tmp_path), _record(ID1))
+  folder = tmp_path / coordinated.RECORDS_DIR
+  (folder / f'{ID2}.json').write_text(json.dumps(_record(ID2, shard=7)))
+  (folder / f'{ID3}.json').write_text(json.dumps(_record(ID1)))  # Misnamed.
+  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [ID1]
 
 
 def test_the_newest_record_every_shard_holds_and_can_load_wins():
@@ -60,7 +96,8 @@ def test_the_newest_record_every_shard_holds_and_can_load_wins():
   assert coordinated.newest_common([]) is None
 
 
-def test_is_coordinated_reads_the_manifest_extra():
-  assert coordinated.is_coordinated({'extra': {coordinated.EXTRA_KEY: ID1}})
-  assert not coordinated.is_coordinated({'extra': {}})
-  assert not coordinated.is_coordinated({})
+def test_retention_group_reads_the_manifest_extra():
+  group = coordinated.retention_group
+  assert group({'extra': {coordinated.EXTRA_KEY: ID1}}) == 'coordinated'
+  assert group({'extra': {coordinated.REQUESTED_KEY: True}}) == 'requested'
+  assert group({'extra': {}}) == group({}) == 'own'
