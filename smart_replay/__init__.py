@@ -38,11 +38,12 @@ if importlib.util.find_spec('reverb') is None:  # pragma: no cover
       'x86_64). Install the project with `pip install -e .` or run '
       '`make test` to set up .venv.')
 
-_ERRORS = ('BufferInUseError', 'CheckpointCorruptError',
+_ERRORS = ('AuthenticationError', 'BufferInUseError', 'CheckpointCorruptError',
            'CheckpointExistsError', 'CheckpointNotFoundError',
            'ForeignCheckpointError', 'CheckpointWriteError',
            'ManagerStateError', 'ManifestMismatchError', 'MissingExtraError',
-           'PrefillWouldBlockError', 'ServerUnavailableError',
+           'PrefillWouldBlockError', 'ServerBusyError',
+           'ServerUnavailableError',
            'SmartReplayError', 'StarterMismatchError', 'TrajectorySpecError',
            'WaitTimeoutError',
            'WouldBlockError', 'WriteFailedError')

@@ -78,6 +78,16 @@ class ServerUnavailableError(WaitTimeoutError, ConnectionError):
   """A Reverb server (or its control service) could not be reached in time."""
 
 
+class AuthenticationError(SmartReplayError, PermissionError):
+  """A control service refused a call: no token, a wrong one, or a token file
+  that cannot be used; the message says where the client looked."""
+
+
+class ServerBusyError(SmartReplayError, RuntimeError):
+  """A control service refused a call because it already runs as many slow
+  calls (checkpoints, restores) as it allows; try again later."""
+
+
 class WriteFailedError(SmartReplayError, RuntimeError):
   """The server failed or refused a write (e.g. it restarted with other tables).
 

@@ -2,28 +2,52 @@
 
 Reverb's gRPC port carries the data; what Reverb cannot do remotely (describe
 the buffer's configuration, write a verified checkpoint with a manifest, read
-per-item sample counts) goes through this small gRPC service, served by the
-same process on its own port (by default the Reverb port + 1). Requests and
-answers are JSON objects; every call has a deadline, and an error raised by
-the server is raised again on the client as the same `smart_replay.errors`
-class with the server's message.
+per-item sample counts, coordinated checkpoints) goes through this small gRPC
+service, served by the same process on its own port (by default the Reverb
+port + 1). Requests and answers are JSON objects; every call has a deadline,
+and an error raised by the server is raised again on the client as the same
+`smart_replay.errors` class with the server's message.
 
-Like Reverb, the service listens on all interfaces without authentication or
-TLS: run it on loopback, a private network or behind a tunnel (see README).
+Unlike Reverb's port, this one can be kept safe (`control_access`): it binds
+loopback unless told otherwise, and every call must carry the server's token.
+It is bounded too: requests of at most 1 MiB, at most `MAX_CALLS` calls at
+once, at most `MAX_SLOW_CALLS` slow ones (checkpoints, restores) at once, so
+that a flood of them never queues the quick ones (the client retries a busy
+answer within its deadline), idle connections closed after a minute, and a
+malformed request costs one rate-limited log line.
 """
 
 import concurrent.futures
 import json
-from typing import Any, Callable, Dict, Optional
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
+from absl import logging
 import grpc
 
 from smart_replay import errors
+from smart_replay.server import control_access
 
 SERVICE = 'smart_replay.Control'
-# No size limit: `times_sampled` lists every item of a large table.
-_OPTIONS = [('grpc.max_send_message_length', -1),
-            ('grpc.max_receive_message_length', -1)]
+# A request is a small JSON object; an answer may list a table's items.
+MAX_REQUEST_BYTES = 1 << 20
+MAX_ANSWER_BYTES = 64 << 20
+# Calls served at once, and of those the slow ones; more are refused.
+MAX_CALLS = 32
+MAX_SLOW_CALLS = 2
+_WORKERS = 8
+_SERVER_OPTIONS = [
+    ('grpc.max_receive_message_length', MAX_REQUEST_BYTES),
+    ('grpc.max_send_message_length', MAX_ANSWER_BYTES),
+    ('grpc.max_connection_idle_ms', 60_000),
+    # gRPC shares a port already in use (SO_REUSEPORT) by default.
+    ('grpc.so_reuseport', 0)]
+_CLIENT_OPTIONS = [('grpc.max_receive_message_length', MAX_ANSWER_BYTES),
+                   ('grpc.max_send_message_length', MAX_REQUEST_BYTES)]
+# Seconds between two log lines about refused or malformed calls.
+_LOG_EVERY_S = 10.0
 
 Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
 
@@ -78,59 +102,138 @@ def _encode(message: Dict[str, Any]) -> bytes:
   return json.dumps(message).encode('utf-8')
 
 
-def _decode(data: bytes) -> Dict[str, Any]:
+class _Malformed:
+  """A request that is not a JSON object (never raised: grpcio would log a
+  traceback for every one)."""
+
+  def __init__(self, why: str):
+    self.why = why
+
+
+def _decode_request(data: bytes) -> Any:
+  try:
+    request = json.loads(data.decode('utf-8'))
+  except (UnicodeDecodeError, ValueError, RecursionError) as e:
+    return _Malformed(f'not UTF-8 JSON ({type(e).__name__})')
+  if not isinstance(request, dict):
+    return _Malformed(f'a JSON {type(request).__name__}, not an object')
+  return request
+
+
+def _decode_answer(data: bytes) -> Dict[str, Any]:
   return json.loads(data.decode('utf-8'))
+
+
+class _Throttled:
+  """Counts events and logs one warning line per `_LOG_EVERY_S` at most."""
+
+  def __init__(self, what: str):
+    self._what = what
+    self._lock = threading.Lock()
+    self._count = 0
+    self._last = -float('inf')
+
+  def __call__(self, detail: str) -> None:
+    with self._lock:
+      self._count += 1
+      now = time.monotonic()
+      if now - self._last < _LOG_EVERY_S:
+        return
+      count, self._count, self._last = self._count, 0, now
+    logging.warning('Control service: %d %s in the last %g s (latest: %s).',
+                    count, self._what, _LOG_EVERY_S, detail)
 
 
 class ControlServer:
   """Serves `handlers` ({method: fn(request) -> answer}) on a gRPC port.
 
   A handler's `SmartReplayError`/`ValueError` reaches the client as the same
-  error class and message; anything else as a `RuntimeError`.
+  error class and message (passed through `redact`); anything else as a
+  `RuntimeError` naming only an id that the server's log line carries.
 
   Args:
     handlers: JSON-in, JSON-out functions by method name.
-    port: TCP port to listen on (all interfaces, like Reverb).
-    max_workers: calls served at the same time.
+    port: TCP port to listen on.
+    access: where to listen and who may call (`control_access`).
+    token: the secret every call must carry; None: no token (only with
+      `access.auth` False).
+    slow: the methods that may take long (at most `MAX_SLOW_CALLS` at once;
+      more are answered `ServerBusyError` at once).
+    redact: applied to every answer and error message (e.g. to hide paths
+      from callers nobody authenticated); None: none.
 
   Raises:
     ValueError: if `handlers` is empty or the port cannot be bound.
   """
 
   def __init__(self, handlers: Dict[str, Handler], *, port: int,
-               max_workers: int = 4):
+               access: control_access.ControlAccess, token: Optional[str],
+               slow: FrozenSet[str] = frozenset(),
+               redact: Optional[Callable[[Any], Any]] = None):
     if not handlers:
       raise ValueError('handlers must name at least one method, got {}.')
+    if access.auth and not token:
+      raise ValueError('the control service needs a token when access.auth '
+                       'is True.')
+    self._slow, self._redact = slow, redact or (lambda x: x)
+    self._slots = threading.BoundedSemaphore(MAX_SLOW_CALLS)
+    self._malformed = _Throttled('malformed requests')
+    self._failed = _Throttled('calls failed inside the server')
+    refused = _Throttled('calls refused without a valid token')
+    interceptors = ([control_access.TokenInterceptor(
+        token, on_refused=refused)] if token else [])
     self._server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(
-            max_workers, thread_name_prefix='smart_replay_control'),
-        # gRPC shares a port already in use (SO_REUSEPORT) by default.
-        options=_OPTIONS + [('grpc.so_reuseport', 0)])
+            _WORKERS, thread_name_prefix='smart_replay_control'),
+        interceptors=interceptors, options=_SERVER_OPTIONS,
+        maximum_concurrent_rpcs=MAX_CALLS)
     self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         SERVICE, {name: grpc.unary_unary_rpc_method_handler(
-            self._wrap(fn), request_deserializer=_decode,
+            self._wrap(name, fn), request_deserializer=_decode_request,
             response_serializer=_encode) for name, fn in handlers.items()})])
+    address = control_access.bind_address(access.host, port)
+    credentials = access.server_credentials()
     try:
-      self.port = self._server.add_insecure_port(f'[::]:{port}')
+      self.port = (self._server.add_secure_port(address, credentials)
+                   if credentials else self._server.add_insecure_port(address))
     except RuntimeError as e:
-      raise ValueError(f'the control service cannot listen on port {port} '
-                       f'({e}); pass another control port.') from e
+      raise ValueError(f'the control service cannot listen on {address} '
+                       f'({e}); pass another control port or host.') from e
     if not self.port:
-      raise ValueError(f'the control service cannot listen on port {port} '
-                       '(in use?); pass another control port.')
+      raise ValueError(f'the control service cannot listen on {address} (in '
+                       'use, or not an address of this machine?); pass '
+                       'another control port or host.')
+    self.host = access.host
     self._server.start()
 
-  @staticmethod
-  def _wrap(fn: Handler):
+  def _wrap(self, name: str, fn: Handler):
     def call(request, context):
       del context
+      if isinstance(request, _Malformed):
+        self._malformed(f'{name}: {request.why}')
+        return {'error': {'type': 'ValueError', 'message':
+                          f'bad request to {name!r}: {request.why}; send a '
+                          'JSON object.'}}
+      slow = name in self._slow
+      if slow and not self._slots.acquire(blocking=False):
+        return {'error': {'type': 'ServerBusyError', 'message':
+                          f'{MAX_SLOW_CALLS} slow calls (checkpoints, '
+                          f'restores) are running; {name!r} was not '
+                          'started. Try again later.'}}
       try:
-        return {'result': fn(request)}
+        return {'result': self._redact(fn(request))}
       except (errors.SmartReplayError, ValueError) as e:
-        return {'error': {'type': type(e).__name__, 'message': str(e)}}
+        return {'error': {'type': type(e).__name__,
+                          'message': self._redact(str(e))}}
       except Exception as e:  # pylint: disable=broad-except
-        return {'error': {'type': 'RuntimeError',
-                          'message': f'{type(e).__name__}: {e}'}}
+        incident = uuid.uuid4().hex[:8]
+        self._failed(f'{name} [{incident}]: {type(e).__name__}: {e}')
+        return {'error': {'type': 'RuntimeError', 'message':
+                          f'{name!r} failed inside the server (incident '
+                          f'{incident} in its log).'}}
+      finally:
+        if slow:
+          self._slots.release()
     return call
 
   def stop(self, grace_s: float = 5.0) -> None:
@@ -147,11 +250,20 @@ class ControlClient:
 
   Args:
     address: the control service's 'host:port'.
+    credentials: the token and TLS files to present (`ClientCredentials.
+      resolve()`); None: none.
   """
 
-  def __init__(self, address: str):
+  def __init__(self, address: str, *,
+               credentials: Optional[
+                   control_access.ClientCredentials] = None):
     self.address = address
-    self._channel = grpc.insecure_channel(address, options=_OPTIONS)
+    self._credentials = credentials or control_access.ClientCredentials()
+    tls = self._credentials.channel_credentials
+    self._channel = (grpc.secure_channel(address, tls,
+                                         options=_CLIENT_OPTIONS)
+                     if tls else grpc.insecure_channel(
+                         address, options=_CLIENT_OPTIONS))
 
   def call(self, method: str, request: Optional[Dict[str, Any]] = None, *,
            timeout_s: float) -> Any:
@@ -167,16 +279,44 @@ class ControlClient:
 
     Raises:
       ServerUnavailableError: if no answer came within `timeout_s`.
+      AuthenticationError: if the server refused the token (or its absence);
+        says where this client looked for one.
+      ServerBusyError: if the server stayed busy with other slow calls for
+        all of `timeout_s`.
       SmartReplayError, ValueError, RuntimeError: what the handler raised,
         with its message; RuntimeError for other gRPC failures.
     """
+    deadline = time.monotonic() + timeout_s
+    wait = 0.05
+    while True:
+      try:
+        return self._call_once(method, request,
+                               max(0.001, deadline - time.monotonic()))
+      except errors.ServerBusyError:
+        if time.monotonic() + wait > deadline:
+          raise
+      time.sleep(wait)
+      wait = min(2 * wait, 1.0)
+
+  def _call_once(self, method: str, request: Optional[Dict[str, Any]],
+                 timeout_s: float) -> Any:
     stub = self._channel.unary_unary(f'/{SERVICE}/{method}',
                                      request_serializer=_encode,
-                                     response_deserializer=_decode)
+                                     response_deserializer=_decode_answer)
     try:
-      answer = stub(request or {}, timeout=timeout_s, wait_for_ready=True)
+      answer = stub(request or {}, timeout=timeout_s, wait_for_ready=True,
+                    metadata=self._credentials.metadata())
     except grpc.RpcError as e:
       code = e.code()  # pylint: disable=no-member
+      if code == grpc.StatusCode.UNAUTHENTICATED:
+        raise errors.AuthenticationError(
+            f'the smart_replay control service at {self.address} refused '
+            f'{method!r}: it needs the token of its server (the file '
+            'control.token in the buffer directory, or the one given to '
+            'smart-replay-serve --control_token_file). This client looked '
+            f'in: {self._credentials.looked}. Pass control_token_file= (or '
+            f'set ${control_access.TOKEN_FILE_ENV}) to a copy of it.'
+        ) from None
       if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
                   grpc.StatusCode.UNAVAILABLE):
         raise errors.ServerUnavailableError(
