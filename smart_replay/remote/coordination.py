@@ -5,19 +5,25 @@ protocol is in `storage.coordinated`):
 
 * 'coordinated_save' `{id, extra}`: phase 1, writes a checkpoint tagged
   with the coordinated id; answers its path and counts;
-* 'coordinated_commit' `{record, shard}`: phase 2, writes the record;
+* 'coordinated_commit' `{record, shard}`: phase 2, writes the record, once
+  it fits the schema and names the checkpoint this shard tagged with its id;
 * 'coordinated_list': this shard's records, and the ids whose checkpoint is
   still here;
-* 'coordinated_restore' `{id}`: restores this shard's checkpoint of that
-  coordinated checkpoint in place (`ReplayServer.reload`): same ports, a new
-  server instance, so connected writers count what they lose.
+* 'coordinated_restore' `{id}`: restores this shard's own checkpoint tagged
+  with that id in place (`ReplayServer.reload`): same ports, a new server
+  instance, so connected writers count what they lose.
+
+No path is taken from the network: a restore names an id only, and the
+shard finds its checkpoint inside its own `checkpoints/` folder.
 """
 
 import os
+import time
 from typing import Any, Dict, List, Protocol
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
+from smart_replay.remote import handlers
 from smart_replay.server import control as control_lib
 from smart_replay.storage import coordinated
 from smart_replay.storage import layout
@@ -37,21 +43,23 @@ class Shard(Protocol):
     """Restores checkpoint `path` in place; returns the new checkpoint."""
 
 
-def _own_entry(record: Dict[str, Any]) -> Dict[str, Any]:
-  """This shard's entry of a record (the `shard` index it was written with)."""
-  return record['shards'][record['shard']]
+def _checked_id(request: Dict[str, Any]) -> str:
+  """The request's id: well formed and not in the future of this clock."""
+  coordinated_id = coordinated.check_id(request.get('id'))
+  if coordinated.id_time(coordinated_id) > (time.time() +
+                                            coordinated.MAX_CLOCK_SKEW_S):
+    raise ValueError(f'coordinated checkpoint id {coordinated_id} is later '
+                     "than this server's clock allows.")
+  return coordinated_id
 
 
-def _still_here(record: Dict[str, Any]) -> bool:
-  """Whether this shard's checkpoint of `record` is here and tagged with its
-  id (its files are verified when it is loaded)."""
-  path = _own_entry(record)['path']
-  try:
-    manifest = layout.read_manifest(path)
-  except errors.CheckpointCorruptError:
-    return False
-  return (manifest.get('extra') or {}).get(
-      coordinated.EXTRA_KEY) == record['id']
+def _names_own(named: str, mine: str, buffer_dir: str) -> bool:
+  """Whether a record's path is this shard's checkpoint `mine`, as phase 1
+  answered it (a service without a token shows it as '<buffer>/...')."""
+  answered = os.path.join(buffer_dir, layout.CHECKPOINTS_DIR,
+                          os.path.basename(mine))
+  return (os.path.realpath(named) == mine or
+          named == handlers.redact(answered, root=buffer_dir))
 
 
 def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
@@ -65,39 +73,51 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
     'coordinated_restore'}` handlers.
   """
 
+  def buffer_dir() -> str:
+    return shard.manager.checkpoint_dir
+
   def save(request: Dict[str, Any]) -> Dict[str, Any]:
-    coordinated_id = coordinated.check_id(request.get('id'))
-    extra = dict(request.get('extra') or {})
+    coordinated_id = _checked_id(request)
+    extra = handlers.client_extra(request)
     extra[coordinated.EXTRA_KEY] = coordinated_id
     path = shard.checkpoint(extra=extra,
                             reason=f'coordinated checkpoint {coordinated_id}')
     return {'path': path, 'counts': layout.read_manifest(path)['counts']}
 
   def commit(request: Dict[str, Any]) -> Dict[str, Any]:
-    record = dict(request['record'], shard=int(request['shard']))
-    return {'path': coordinated.write_record(shard.manager.checkpoint_dir,
-                                             record)}
+    record = request.get('record')
+    if not isinstance(record, dict):
+      raise ValueError(f'record must be a JSON object, got '
+                       f'{type(record).__name__}.')
+    record = coordinated.check_record(dict(record, shard=request.get('shard')))
+    mine = coordinated.tagged_checkpoint(buffer_dir(), record['id'])
+    named = record['shards'][record['shard']]['path']
+    if mine is None or not _names_own(named, mine, buffer_dir()):
+      raise errors.CheckpointNotFoundError(
+          f'coordinated checkpoint {record["id"]}: shard {record["shard"]} '
+          f'holds no checkpoint tagged with it at {named!r:.200}; phase 1 '
+          '(coordinated_save) must have written it here.')
+    return {'path': coordinated.write_record(buffer_dir(), record)}
 
   def listing(request: Dict[str, Any]) -> Dict[str, List[Any]]:
     del request
-    records = coordinated.read_records(shard.manager.checkpoint_dir)
+    records = coordinated.read_records(buffer_dir())
     return {'records': records,
-            'usable': [r['id'] for r in records if _still_here(r)]}
+            'usable': [r['id'] for r in records
+                       if coordinated.tagged_checkpoint(buffer_dir(), r['id'])]}
 
   def restore(request: Dict[str, Any]) -> Dict[str, Any]:
     coordinated_id = coordinated.check_id(request.get('id'))
-    records = coordinated.read_records(shard.manager.checkpoint_dir)
-    mine = [r for r in records if r['id'] == coordinated_id]
-    if not mine:
+    recorded = [r['id'] for r in coordinated.read_records(buffer_dir())]
+    if coordinated_id not in recorded:
       raise errors.CheckpointNotFoundError(
-          f'this shard ({shard.manager.checkpoint_dir}) has no record of the '
-          f'coordinated checkpoint {coordinated_id}; it has '
-          f'{[r["id"] for r in records]}.')
-    path = _own_entry(mine[0])['path']
-    if not os.path.isdir(path):
+          f'this shard has no record of the coordinated checkpoint '
+          f'{coordinated_id}; it has {recorded}.')
+    path = coordinated.tagged_checkpoint(buffer_dir(), coordinated_id)
+    if path is None:
       raise errors.CheckpointNotFoundError(
-          f'the checkpoint {path} of coordinated checkpoint {coordinated_id} '
-          'is no longer on this shard (pruned or deleted).')
+          f'this shard no longer holds its checkpoint of coordinated '
+          f'checkpoint {coordinated_id} (pruned or deleted).')
     new = shard.reload(path, reason=f'coordinated checkpoint {coordinated_id}')
     return {'path': path, 'checkpoint': new}
 

@@ -2,67 +2,109 @@
 
 Three methods (see `smart_replay.server.control`): 'info' describes the
 buffer (configuration, checkpoint directory and checkpoints) and the serving
-instance, so that clients reconnecting after a restart can count what they
-lost; 'checkpoint' writes a checkpoint; 'times_sampled' reads per-item sample
-counts.
+instance (`serving_record.describe_instance`), so that clients reconnecting
+after a restart can count what they lost; 'checkpoint' writes a checkpoint;
+'times_sampled' reads per-item sample counts. Nothing a request carries is
+trusted: `client_extra` bounds and checks the metadata a client may store in
+a manifest.
 """
 
-import datetime
-import time
-import uuid
-from typing import Any, Callable, Dict, Optional
+import contextlib
+import json
+import os
+from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
+from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.server import control as control_lib
+from smart_replay.storage import coordinated
+
+# The largest `extra` a client may store in a manifest (its JSON).
+MAX_EXTRA_BYTES = 64 << 10
+# The most items `times_sampled` lists in one answer.
+MAX_LISTED_ITEMS = 1_000_000
+# Methods that may take long: at most `control.MAX_SLOW_CALLS` run at once.
+SLOW_METHODS = frozenset({'checkpoint', 'times_sampled', 'coordinated_save',
+                          'coordinated_restore'})
 
 
-def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:
-  """When the save of a checkpoint began (wall time), or None without one;
-  manifests of older versions give their creation time instead."""
-  if not manifest:
-    return None
-  started = manifest['counts'].get('save_started_unix')
-  if started is None:
-    started = datetime.datetime.fromisoformat(
-        manifest['created_utc']).timestamp()
-  return started
-
-
-def describe_instance(*, restored_checkpoint: Optional[str],
-                      restored_manifest: Optional[Dict[str, Any]],
-                      restart_loss: Optional[Dict[str, Any]]
-                      ) -> Dict[str, Any]:
-  """Who a serving process is, for clients that reconnect after a restart.
-
-  Items a client had confirmed after the restored save began are lost.
+def client_extra(request: Dict[str, Any]) -> Dict[str, Any]:
+  """The `extra` of a request, checked: a JSON object of at most
+  `MAX_EXTRA_BYTES`, without the keys the server itself sets.
 
   Args:
-    restored_checkpoint: the checkpoint this process resumed, or None.
-    restored_manifest: its manifest, or None.
-    restart_loss: `serving_record.lost_since` at start-up, or None.
+    request: the request.
 
   Returns:
-    `{'id', 'started_unix', 'restored_checkpoint', 'restored_save_started',
-    'restart_loss'}` with a fresh random id.
+    A copy of it (empty without one).
+
+  Raises:
+    ValueError: naming what is wrong and what is allowed.
   """
-  return {'id': uuid.uuid4().hex, 'started_unix': time.time(),
-          'restored_checkpoint': restored_checkpoint,
-          'restored_save_started': _save_started(
-              restored_manifest if restored_checkpoint else None),
-          'restart_loss': restart_loss}
+  extra = request.get('extra')
+  if extra is None:
+    return {}
+  if not isinstance(extra, dict):
+    raise ValueError(f'extra must be a JSON object, got a '
+                     f'{type(extra).__name__}.')
+  try:
+    size = len(json.dumps(extra, allow_nan=False))
+  except (ValueError, RecursionError):
+    raise ValueError('extra must be plain JSON: finite numbers, nested at '
+                     'most a few hundred levels.') from None
+  if size > MAX_EXTRA_BYTES:
+    raise ValueError(f'extra must be at most {MAX_EXTRA_BYTES} bytes of '
+                     f'JSON, got {size}.')
+  reserved = {coordinated.EXTRA_KEY, coordinated.REQUESTED_KEY} & set(extra)
+  if reserved:
+    raise ValueError(f'extra must not set {sorted(reserved)}: the server '
+                     'sets those keys itself.')
+  checkpointer_lib.check_extra(extra)
+  return dict(extra)
+
+
+def redact(value: Any, *, root: str) -> Any:
+  """An answer without this machine's buffer path, process ids or host
+  name, for callers nobody authenticated.
+
+  Args:
+    value: a JSON answer or an error message.
+    root: the buffer directory, shown as '<buffer>'.
+
+  Returns:
+    The value with `root` (as given, and resolved) replaced in every string
+    and the keys 'previous_pid' and 'previous_host' dropped.
+  """
+  if isinstance(value, str):
+    for path in {os.path.realpath(root), root}:
+      value = value.replace(path, '<buffer>')
+    return value
+  if isinstance(value, dict):
+    return {k: redact(v, root=root) for k, v in value.items()
+            if k not in ('previous_pid', 'previous_host')}
+  if isinstance(value, list):
+    return [redact(v, root=root) for v in value]
+  return value
 
 
 def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
                      *, instance: Dict[str, Any],
-                     checkpoint: Callable[..., str]
+                     checkpoint: Callable[..., str],
+                     exclusive: Callable[[], ContextManager[Any]] =
+                     contextlib.nullcontext
                      ) -> Dict[str, control_lib.Handler]:
   """The control service's methods for a served buffer.
 
   Args:
     served: gives the served buffer's manager (a new one after a reload).
-    instance: `describe_instance()` of the serving instance (updated in
+    instance: `serving_record.describe_instance()` of the serving instance
+      (updated in
       place at a reload).
-    checkpoint: writes a checkpoint; called with `extra=` and `reason=`.
+    checkpoint: writes a checkpoint a client asked for; called with the
+      checked `extra=`.
+    exclusive: held while `times_sampled` reads its snapshot, so that no
+      checkpoint runs meanwhile (a save tidies the folder the snapshot is
+      read from).
 
   Returns:
     `{'info', 'checkpoint', 'times_sampled'}` handlers.
@@ -78,11 +120,18 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
             'instance': instance}
 
   def checkpoint_request(request: Dict[str, Any]) -> str:
-    return checkpoint(extra=request.get('extra'), reason='a client asked')
+    return checkpoint(extra=client_extra(request))
 
   def times_sampled(request: Dict[str, Any]) -> Dict[str, Any]:
     del request
-    tables = served().stats(times_sampled=True)['tables']
+    with exclusive():
+      tables = served().stats(times_sampled=True)['tables']
+    listed = sum(len(t['times_sampled']) for t in tables.values())
+    if listed > MAX_LISTED_ITEMS:
+      raise ValueError(
+          f'times_sampled lists at most {MAX_LISTED_ITEMS:,} items over the '
+          f'network; this buffer holds {listed:,}. Read them on the '
+          "server's machine (smart_replay.tools.export of a checkpoint).")
     return {name: {str(key): n for key, n in t['times_sampled'].items()}
             for name, t in tables.items()}
 

@@ -2,18 +2,23 @@
 
 `open_buffer` creates the buffer or resumes its newest verified checkpoint
 (as `on_existing` says); `reopen` restarts a served buffer from one of its
-checkpoints, on the same port (a coordinated restore of a sharded buffer).
+checkpoints, on the same port (a coordinated restore of a sharded buffer),
+after `check_reloadable` has verified everything the restore needs, so a
+restore that cannot succeed leaves the buffer serving with nothing dropped.
 """
 
 import dataclasses
+import os
 from typing import Any, Dict, Optional, Tuple
 
 from absl import logging
 
 from smart_replay import errors
+from smart_replay.config import record
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import schedule as schedule_lib
 from smart_replay.remote import serving_record
+from smart_replay.storage import layout
 
 
 def open_buffer(manager: manager_lib.ReplayBufferManager, *,
@@ -54,10 +59,50 @@ def open_buffer(manager: manager_lib.ReplayBufferManager, *,
   return False
 
 
+def check_reloadable(manager: manager_lib.ReplayBufferManager,
+                     path: str) -> str:
+  """Verifies, without touching the served buffer, that it can restart
+  from `path`: one of its own checkpoints (resolved with `realpath`, inside
+  its `checkpoints/` folder), complete and unchanged (`layout.verify`), of
+  the served configuration.
+
+  Args:
+    manager: the started local manager serving the buffer.
+    path: the checkpoint to restore.
+
+  Returns:
+    The checkpoint's resolved path.
+
+  Raises:
+    CheckpointNotFoundError: if `path` is not one of the buffer's own
+      checkpoints.
+    CheckpointCorruptError: if its files do not verify.
+    ManifestMismatchError: if it holds another configuration.
+  """
+  own = {os.path.realpath(p): p for p in manager.existing_checkpoints()}
+  resolved = os.path.realpath(path)
+  if resolved not in own:
+    names = [os.path.basename(p) for p in own.values()]
+    raise errors.CheckpointNotFoundError(
+        f'{path} is not one of the checkpoints of this buffer (its '
+        f'checkpoints/ folder holds {names}); nothing was changed.')
+  manifest = layout.verify(resolved)
+  diffs = record.diff_config(manifest, manager.buffer_config)
+  if diffs:
+    raise errors.ManifestMismatchError(
+        f'checkpoint {path} holds another configuration than the served '
+        f'buffer ({len(diffs)} difference(s)); nothing was changed:\n'
+        + record.format_differences(diffs, 'checkpoint', 'served'), diffs)
+  return own[resolved]
+
+
 def reopen(manager: manager_lib.ReplayBufferManager, path: str
            ) -> Tuple[manager_lib.ReplayBufferManager,
                       Optional[errors.SmartReplayError]]:
   """Closes `manager` and starts its buffer again from checkpoint `path`.
+
+  Everything the restore needs is verified first (`check_reloadable`); if
+  that fails, `manager` keeps serving and the error is raised.
 
   Args:
     manager: a started local manager.
@@ -65,9 +110,17 @@ def reopen(manager: manager_lib.ReplayBufferManager, path: str
 
   Returns:
     `(new manager, None)`: a manager with the same options, loaded from
-    `path` (on the same port). If `path` cannot be loaded: `(a manager of
-    the newest usable checkpoint, the error)`.
+    `path` (on the same port). If `path` still cannot be loaded (the disk
+    failed meanwhile): `(a manager of the newest usable checkpoint, the
+    error)`.
+
+  Raises:
+    CheckpointNotFoundError, CheckpointCorruptError, ManifestMismatchError:
+      from `check_reloadable`; nothing was changed.
+    SmartReplayError: if neither `path` nor any other checkpoint loads after
+      the served buffer stopped; the caller must stop serving.
   """
+  path = check_reloadable(manager, path)
   opts = manager.options
   # Every option given flat, so gin bindings of `ReplayBufferManager` (the
   # server's configs) cannot add to or clash with them.
@@ -85,8 +138,21 @@ def reopen(manager: manager_lib.ReplayBufferManager, path: str
     return restored, None
   except errors.SmartReplayError as e:
     restored.close()
-    fallback.load_replay_buffer()
+    try:
+      fallback.load_replay_buffer()
+    except errors.SmartReplayError as again:
+      fallback.close()
+      raise ReopenFailed(
+          f'restoring {path} failed after its checks passed ({e}), and so '
+          f'did reopening the newest usable checkpoint ({again}); the buffer '
+          'is not served any more. Every checkpoint on disk is left as it '
+          'was.') from again
     return fallback, e
+
+
+class ReopenFailed(errors.SmartReplayError):
+  """Neither the checkpoint to restore nor any other could be reopened once
+  the served buffer had stopped: nothing is served any more."""
 
 
 def restore(manager: manager_lib.ReplayBufferManager, path: str, *,

@@ -21,17 +21,17 @@ import gin
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
-from smart_replay.remote import coordination
-from smart_replay.remote import handlers
+from smart_replay.remote import control_service
 from smart_replay.remote import opening
+from smart_replay.remote import requests
 from smart_replay.remote import schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
 from smart_replay.server import control as control_lib
+from smart_replay.server import control_access
 from smart_replay.utils import checks
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
-
 
 
 @gin.configurable
@@ -49,19 +49,13 @@ class ReplayServer:
     manager: an unstarted local `ReplayBufferManager` (with `checkpoint_dir`
       and, for remote clients, a fixed `port`).
     control_port: port of the control service; default the Reverb port + 1.
-    checkpoint_every_s: write a checkpoint this many seconds after the last
-      one (None: no time schedule).
-    checkpoint_every_inserts: write a checkpoint once this many items were
-      inserted (over all tables) since the last one (None: no insert
-      schedule).
-    max_unsaved_s: write a checkpoint once items inserted since the last one
-      are this many seconds old, whatever the schedules say, so the tail of
-      an insert-count schedule (fewer than `checkpoint_every_inserts` items)
-      is saved too (None: no bound; unsaved items are lost with the
-      process).
-    checkpoint_retry_s: after a scheduled checkpoint failed (e.g. a full
-      disk), wait this long before the next try; serving goes on meanwhile
-      and the status line shows the failure.
+    access: where the control service listens and who may call it
+      (`control_access.ControlAccess`: loopback and a token by default).
+    checkpoint_every_s, checkpoint_every_inserts, max_unsaved_s,
+      checkpoint_retry_s: the checkpoint schedule (every N seconds, every N
+      inserted items, once unsaved items are N seconds old) and the wait
+      after a failed scheduled checkpoint; see `CheckpointSchedule`'s
+      `every_s`, `every_inserts`, `max_unsaved_s` and `retry_s`.
     log_every_s: seconds between status log lines (table sizes, rates).
     on_existing: what to do when `checkpoint_dir` already holds checkpoints:
       'resume' the newest verified one (a restart after a crash), 'overwrite'
@@ -73,6 +67,7 @@ class ReplayServer:
 
   def __init__(self, manager: manager_lib.ReplayBufferManager, *,
                control_port: Optional[int] = None,
+               access: Optional[control_access.ControlAccess] = None,
                checkpoint_every_s: Optional[float] = None,
                checkpoint_every_inserts: Optional[int] = None,
                max_unsaved_s: Optional[float] = 300.0,
@@ -90,19 +85,27 @@ class ReplayServer:
                        f'{on_existing!r}.')
     if control_port is not None:
       control_lib.check_port('control_port', control_port)
+    self._access = access or control_access.ControlAccess()
+    if not isinstance(self._access, control_access.ControlAccess):
+      raise ValueError(f'access must be a ControlAccess, got {access!r}.')
     self._manager = manager
     self._control_port = control_port
+    self.token: Optional[str] = None
     self._log_every_s = float(log_every_s)
     self._on_existing = on_existing
-    self._control = None
-    self._last_log = None  # (time, stats) of the previous status line.
+    # The control service; (time, stats) of the previous status line.
+    self._control = self._last_log = None
     # Held by checkpoints, polls and reloads (control threads and the poll
     # loop reach them).
     self._lock = threading.RLock()
+    # Client-requested checkpoints: coalesced, in their own retention group.
+    self._requests = requests.CheckpointRequests(
+        lambda extra: self.checkpoint(extra=extra, reason='a client asked'),
+        self._lock)
     self._started = self._closed = False
-    self._restart_loss = None
+    self._restart_loss = self._instance = None
+    self._broken = None  # The error that left nothing to serve, if any.
     self._recorder = serving_record.Recorder(manager.checkpoint_dir)
-    self._instance = None
 
   def start(self) -> 'ReplayServer':
     """Creates or resumes the buffer and starts the control service.
@@ -115,12 +118,15 @@ class ReplayServer:
         'refuse'.
       ManifestMismatchError, CheckpointCorruptError: if resuming fails (see
         `ReplayBufferManager.load_replay_buffer`); nothing is deleted.
+      AuthenticationError: if the token file cannot be read or created, or
+        is open to other users.
       ValueError: if a port is in use.
       ManagerStateError: if already started.
     """
     if self._started:
       raise errors.ManagerStateError('this ReplayServer is already started.')
     manager = self._manager
+    self.token = self._access.token(manager.checkpoint_dir)  # Before opening.
     previous = serving_record.read(manager.checkpoint_dir)
     schedule = self._schedule
     if opening.open_buffer(manager, on_existing=self._on_existing):
@@ -134,27 +140,22 @@ class ReplayServer:
     self._restart_loss = serving_record.lost_since(
         previous, checkpoint=restored,
         restored_inserts=schedule.last_counts[0])
-    self._instance = handlers.describe_instance(
+    self._instance = serving_record.describe_instance(
         restored_checkpoint=restored,
         restored_manifest=manager.loaded_manifest if restored else None,
         restart_loss=self._restart_loss)
     serving_record.log_restart_loss(self._restart_loss, restored)
     try:
-      port = int(manager.server_address.rpartition(':')[2])
-      self._control = control_lib.ControlServer(
-          {**handlers.control_handlers(lambda: self._manager,
-                                       instance=self._instance,
-                                       checkpoint=self.checkpoint),
-           **coordination.coordination_handlers(self)},
-          port=self._control_port or control_lib.default_control_port(port))
+      self._control = control_service.serve_control(
+          self, instance=self._instance, checkpoint=self._requests.request,
+          exclusive=lambda: self._lock, access=self._access,
+          token=self.token, port=self._control_port)
     except BaseException:
       self.close(final_checkpoint=False)
       raise
     schedule.last_time = time.monotonic()
     self._last_log = (time.monotonic(), manager.stats())
     self._recorder.update(schedule_lib.total_counts(self._last_log[1])[0])
-    logging.warning(status.SECURITY_WARNING.format(
-        port=port, control_port=self._control.port))
     return self
 
   @property
@@ -181,6 +182,11 @@ class ReplayServer:
   def restart_loss(self) -> Optional[Dict[str, Any]]:
     """What the last server lost without a final checkpoint, or None."""
     return self._restart_loss
+
+  @property
+  def token_file(self) -> Optional[str]:
+    """The file clients read the control token from (None without one)."""
+    return self._access.token_path(self._manager.checkpoint_dir)
 
   @property
   def schedule(self) -> schedule_lib.CheckpointSchedule:
@@ -228,18 +234,26 @@ class ReplayServer:
 
     Raises:
       ManagerStateError: if not serving.
-      CheckpointCorruptError, CheckpointNotFoundError: if `path` cannot be
-        loaded (the newest usable checkpoint is then served).
+      CheckpointCorruptError, CheckpointNotFoundError,
+        ManifestMismatchError: if `path` is not a verified checkpoint of
+        this buffer; the buffer serves on untouched.
+      opening.ReopenFailed: if nothing could be reopened once the buffer
+        stopped; the server then stops serving.
     """
     with self._lock:
       if not self._started or self._closed:
         raise errors.ManagerStateError('the ReplayServer is not serving.')
-      self._manager, failure, self._restart_loss = opening.restore(
-          self._manager, path, reason=reason)
+      try:
+        self._manager, failure, self._restart_loss = opening.restore(
+            self._manager, path, reason=reason)
+      except opening.ReopenFailed as e:
+        logging.error('%s', e)
+        self._broken = e
+        raise
       loaded = self._manager.loaded_checkpoint
-      self._schedule.record(loaded, schedule_lib.saved_counts(loaded),
-                            time.monotonic())
-      self._instance.update(handlers.describe_instance(
+      self._schedule.restored(loaded, schedule_lib.saved_counts(loaded),
+                              time.monotonic())
+      self._instance.update(serving_record.describe_instance(
           restored_checkpoint=loaded, restart_loss=self._restart_loss,
           restored_manifest=self._manager.loaded_manifest))
       self._last_log = (time.monotonic(), self._manager.stats())
@@ -259,38 +273,28 @@ class ReplayServer:
 
     Raises:
       ManagerStateError: if the server is closed.
+      opening.ReopenFailed: if a restore left nothing to serve.
     """
     with self._lock:
-      return self._poll()
-
-  def _poll(self) -> Optional[str]:
-    now, path = time.monotonic(), None
-    try:
-      stats = self._manager.stats()
-    except errors.WaitTimeoutError as e:  # Busy; try again at the next poll.
-      logging.warning('The buffer did not answer in time (%s); serving goes '
-                      'on.', e)
-      return None
-    inserts, samples = schedule_lib.total_counts(stats)
-    reason = self._schedule.due((inserts, samples), now)
-    if reason:
-      path = self._scheduled_checkpoint(reason, now)
-    self._recorder.update(inserts)
-    if now - self._last_log[0] >= self._log_every_s:
-      logging.info('%s', self.status_line(stats, now))
-      self._last_log = (now, stats)
-    return path
-
-  def _scheduled_checkpoint(self, reason: str, now: float) -> Optional[str]:
-    """Writes a scheduled checkpoint; a failure is logged, not raised."""
-    try:
-      path = self.checkpoint(reason=reason)
-    except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
-            OSError) as e:  # CheckpointWriteError is an OSError.
-      self._schedule.failed(e, now)
-      return None
-    self._schedule.succeeded(now)
-    return path
+      if self._broken is not None:
+        raise self._broken
+      now, path = time.monotonic(), None
+      try:
+        stats = self._manager.stats()
+      except errors.WaitTimeoutError as e:  # Busy; try again next poll.
+        logging.warning('The buffer did not answer in time (%s); serving '
+                        'goes on.', e)
+        return None
+      inserts, samples = schedule_lib.total_counts(stats)
+      reason = self._schedule.due((inserts, samples), now)
+      if reason:
+        path = self._schedule.attempt(
+            lambda: self.checkpoint(reason=reason), now)
+      self._recorder.update(inserts)
+      if now - self._last_log[0] >= self._log_every_s:
+        logging.info('%s', self.status_line(stats, now))
+        self._last_log = (now, stats)
+      return path
 
   def status_line(self, stats: Dict[str, Any], now: float) -> str:
     """One log line: per table items, insert and sample rates; checkpoints.
@@ -359,7 +363,7 @@ class ReplayServer:
     self._closed = True
     failure = None
     try:
-      if final_checkpoint and self._started:
+      if final_checkpoint and self._started and self._broken is None:
         changed = not self._schedule.holds(
             schedule_lib.total_counts(self._manager.stats()))
         if changed or self._schedule.last_checkpoint is None:
@@ -370,7 +374,7 @@ class ReplayServer:
     finally:
       if self._control is not None:
         self._control.stop()
-      if self._started:
+      if self._started and self._broken is None:
         self._recorder.stopped(
             lambda: schedule_lib.total_counts(self._manager.stats())[0],
             saved=(self._schedule.last_counts[0]

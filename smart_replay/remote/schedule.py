@@ -8,11 +8,13 @@ waits `retry_s` before the next try, and remembers since when and why
 checkpoints fail, for the status line.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 
+from smart_replay import errors
 from smart_replay.storage import files as checkpoint_files
+from smart_replay.storage import layout
 from smart_replay.utils import checks
 
 Counts = Tuple[int, int]  # (inserts, samples) over all tables.
@@ -56,8 +58,11 @@ class CheckpointSchedule:
     every_inserts: a checkpoint once this many items were inserted since the
       last one (None: no insert schedule).
     max_unsaved_s: a checkpoint once items inserted since the last one are
-      this many seconds old (None: no bound).
-    retry_s: seconds to wait after a failed scheduled checkpoint.
+      this many seconds old, whatever the schedules say, so the tail of an
+      insert-count schedule is saved too (None: no bound; unsaved items are
+      lost with the process).
+    retry_s: seconds to wait after a failed scheduled checkpoint (e.g. a
+      full disk); serving goes on meanwhile.
 
   Attributes:
     last_checkpoint: the newest checkpoint written or restored, or None.
@@ -103,7 +108,8 @@ class CheckpointSchedule:
     """Takes note of a checkpoint written now.
 
     A checkpoint older than the newest one known (two writers racing) only
-    restarts the clock.
+    restarts the clock; checkpoints are compared by their number (`ckpt-N`),
+    not as strings.
 
     Args:
       path: the checkpoint folder.
@@ -111,12 +117,26 @@ class CheckpointSchedule:
       now: `time.monotonic()`.
       duration_s: how long writing it took; None for a resumed one.
     """
-    if self.last_checkpoint is None or path > self.last_checkpoint:
+    if (self.last_checkpoint is None or
+        _number(path) > _number(self.last_checkpoint)):
       self.last_checkpoint, self.last_counts = path, counts
     self.last_time = now
     if duration_s is not None:
       self.last_duration_s = duration_s
       self.written += 1
+
+  def restored(self, path: str, counts: Counts, now: float) -> None:
+    """Takes note that the buffer was restored in place from `path` (an
+    older checkpoint): it is what the buffer now holds.
+
+    Args:
+      path: the restored checkpoint folder.
+      counts: `(inserts, samples)` it holds.
+      now: `time.monotonic()`.
+    """
+    self.last_checkpoint, self.last_counts = path, counts
+    self.last_time = now
+    self._unsaved_since = None
 
   def holds(self, counts: Counts) -> bool:
     """Tells whether the last checkpoint holds these counters.
@@ -165,6 +185,26 @@ class CheckpointSchedule:
       return ' and '.join(due)
     return None
 
+  def attempt(self, save: Callable[[], str], now: float) -> Optional[str]:
+    """Writes a due checkpoint; a failure is logged and retried later
+    (`failed`), not raised: serving goes on.
+
+    Args:
+      save: writes the checkpoint; returns its path.
+      now: `time.monotonic()` when it is tried.
+
+    Returns:
+      The checkpoint's path, or None if it failed.
+    """
+    try:
+      path = save()
+    except (errors.WaitTimeoutError, errors.CheckpointCorruptError,
+            OSError) as e:  # CheckpointWriteError is an OSError.
+      self.failed(e, now)
+      return None
+    self.succeeded(now)
+    return path
+
   def failed(self, error: Exception, now: float) -> None:
     """Logs a failed scheduled checkpoint and postpones the next try.
 
@@ -189,3 +229,9 @@ class CheckpointSchedule:
       logging.warning('Checkpointing works again after failing for %.0f s.',
                       now - self.failing_since[0])
     self.failing_since, self.retry_at = None, 0.0
+
+
+def _number(path: str) -> int:
+  """A checkpoint's number N (`ckpt-N`); -1 for another name."""
+  number = layout.checkpoint_number(path)
+  return -1 if number is None else number

@@ -17,6 +17,8 @@ import datetime
 import json
 import os
 import socket
+import time
+import uuid
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
@@ -103,10 +105,11 @@ def reloaded(*, inserts: int, restored_inserts: int,
     checkpoint: the restored checkpoint.
 
   Returns:
-    `{'lost_items', 'checkpoint', 'previous_pid', 'previous_host',
-    'last_seen'}`.
+    `{'lost_items', 'cause': 'restore', 'checkpoint', 'previous_pid',
+    'previous_host', 'last_seen'}`.
   """
   return {'lost_items': max(0, int(inserts) - int(restored_inserts)),
+          'cause': 'restore',
           'checkpoint': checkpoint, 'previous_pid': os.getpid(),
           'previous_host': socket.gethostname(),
           'last_seen': datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -141,16 +144,54 @@ def lost_since(previous: Optional[Dict[str, Any]], *, checkpoint: str,
 
   Returns:
     None after a clean stop (or with no record); else `{'lost_items': n,
-    'checkpoint': ..., 'previous_pid': ..., 'previous_host': ...,
-    'last_seen': ...}`, where `lost_items` (>= 0) is a lower bound on the
-    items inserted after `checkpoint` that the crash lost.
+    'cause': 'crash', 'checkpoint': ..., 'previous_pid': ...,
+    'previous_host': ..., 'last_seen': ...}`, where `lost_items` (>= 0) is a
+    lower bound on the items inserted after `checkpoint` that the crash
+    lost.
   """
   if not previous or previous.get('clean'):
     return None
   return {'lost_items': max(0, int(previous['inserts']) - restored_inserts),
+          'cause': 'crash',
           'checkpoint': checkpoint, 'previous_pid': previous.get('pid'),
           'previous_host': previous.get('host'),
           'last_seen': previous.get('time')}
+
+
+def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:
+  """When the save of a checkpoint began (wall time), or None without one;
+  manifests of older versions give their creation time instead."""
+  if not manifest:
+    return None
+  started = manifest['counts'].get('save_started_unix')
+  if started is None:
+    started = datetime.datetime.fromisoformat(
+        manifest['created_utc']).timestamp()
+  return started
+
+
+def describe_instance(*, restored_checkpoint: Optional[str],
+                      restored_manifest: Optional[Dict[str, Any]],
+                      restart_loss: Optional[Dict[str, Any]]
+                      ) -> Dict[str, Any]:
+  """Who a serving process is, for clients that reconnect after a restart.
+
+  Items a client had confirmed after the restored save began are lost.
+
+  Args:
+    restored_checkpoint: the checkpoint this process resumed, or None.
+    restored_manifest: its manifest, or None.
+    restart_loss: `serving_record.lost_since` at start-up, or None.
+
+  Returns:
+    `{'id', 'started_unix', 'restored_checkpoint', 'restored_save_started',
+    'restart_loss'}` with a fresh random id.
+  """
+  return {'id': uuid.uuid4().hex, 'started_unix': time.time(),
+          'restored_checkpoint': restored_checkpoint,
+          'restored_save_started': _save_started(
+              restored_manifest if restored_checkpoint else None),
+          'restart_loss': restart_loss}
 
 
 def log_restart_loss(loss: Optional[Dict[str, Any]],

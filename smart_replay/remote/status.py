@@ -10,14 +10,27 @@ from typing import Any, Dict, Optional
 
 from smart_replay.remote import schedule as schedule_lib
 
-SECURITY_WARNING = (
-    'SECURITY: Reverb (port {port}) and the control service (port '
-    '{control_port}) listen on ALL network interfaces, with no '
-    'authentication and no encryption. Anyone who can reach these ports can '
-    'read, write, delete and checkpoint this buffer. Serve on one machine '
-    '(clients use localhost) or on a private network, or reach it through '
-    'an SSH tunnel or VPN; never expose these ports to the internet '
-    '(README: "Security").')
+def security_warning(*, port: int, control_host: str, control_port: int,
+                     access: str) -> str:
+  """The line a server logs once at start about what its ports allow.
+
+  Args:
+    port: the Reverb port.
+    control_host: the address the control service binds.
+    control_port: its port.
+    access: how the control service is protected (`describe()`).
+
+  Returns:
+    The warning.
+  """
+  return (
+      f'SECURITY: the control service listens on {control_host}:'
+      f'{control_port} ({access}). Reverb (port {port}) listens on ALL '
+      'network interfaces with no authentication and no encryption (Reverb '
+      '0.14 cannot bind one address): anyone who can reach that port can '
+      'read, write and reset the buffer\'s tables. Close it to other '
+      'machines with a firewall rule or a network namespace, or serve on a '
+      'private network (docs/remote.md: "Security").')
 
 
 def status_line(*, address: str, stats: Dict[str, Any],
@@ -55,8 +68,12 @@ def status_line(*, address: str, stats: Dict[str, Any],
   else:
     parts.append('no checkpoint yet')
   if restart_loss and restart_loss['lost_items']:
-    parts.append(f"the previous server lost {restart_loss['lost_items']}"
-                 ' item(s) at its crash')
+    if restart_loss.get('cause') == 'restore':
+      parts.append(f"the last restore dropped {restart_loss['lost_items']}"
+                   ' item(s) inserted after its checkpoint')
+    else:
+      parts.append(f"the previous server lost {restart_loss['lost_items']}"
+                   ' item(s) at its crash')
   if schedule.failing_since is not None:
     since, message = schedule.failing_since
     parts.append(f'CHECKPOINTS FAILING for {now - since:.0f} s (retry in '

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import smart_replay
+from smart_replay.remote import opening
 from smart_replay.remote import replay_server as serve
 from smart_replay.spec import specs
 from tests import testing
@@ -37,6 +38,7 @@ def _client(server, data_spec, **kwargs):
   manager = smart_replay.ReplayBufferManager(
       data_spec=data_spec, server_address=server.manager.server_address,
       control_address=f'localhost:{server.control_port}',
+      control_token_file=server.token_file,
       sample_timeout_s=5.0, write_timeout_s=5.0, **kwargs)
   return (manager,) + manager.connect()
 
@@ -167,14 +169,21 @@ def test_spec_file_round_trip(tmp_path, data_spec):
 
 def test_control_service_refuses_a_port_in_use_and_reraises_errors():
   from smart_replay.server import control  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from smart_replay.server import control_access
   def fails(request):
     raise smart_replay.WaitTimeoutError(f'took too long: {request}')
+  access = control_access.ControlAccess()
   first = control.ControlServer({'info': lambda request: {'ok': 1},
-                                 'fails': fails}, port=0)
+                                 'fails': fails}, port=0, access=access,
+                                token='t0ken')
   try:
-    with pytest.raises(ValueError, match=f'port {first.port}'):
-      control.ControlServer({'info': dict}, port=first.port)
-    client = control.ControlClient(f'localhost:{first.port}')
+    with pytest.raises(ValueError, match=f'127.0.0.1:{first.port}'):
+      control.ControlServer({'info': dict}, port=first.port, access=access,
+                            token='t0ken')
+    client = control.ControlClient(
+        f'localhost:{first.port}',
+        credentials=control_access.ClientCredentials(token='t0ken'))
     assert client.call('info', timeout_s=5) == {'ok': 1}
     with pytest.raises(smart_replay.WaitTimeoutError,
                        match=r"from the server .* took too long: \{'x': 1\}"):
@@ -184,3 +193,29 @@ def test_control_service_refuses_a_port_in_use_and_reraises_errors():
     client.close()
   finally:
     first.stop()
+
+
+def test_a_restore_that_fails_after_its_checks_stops_serving_cleanly(
+    server_for, data_spec, monkeypatch):
+  """The disk fails between the checks and the load: nothing can be reopened,
+  so the server stops serving (poll and serve_until raise) instead of keeping
+  a closed buffer behind a running process; the checkpoints stay."""
+  server = server_for()
+  client, _, observer = _client(server, data_spec)
+  testing.run_actor(observer, 20, seed=6)
+  client.close()
+  first = server.checkpoint(reason='test')
+  on_disk = sorted(os.listdir(os.path.dirname(first)))
+
+  def disk_failed(self, *args, **kwargs):
+    raise smart_replay.CheckpointCorruptError('the disk failed (injected)')
+  monkeypatch.setattr(smart_replay.ReplayBufferManager, 'load_replay_buffer',
+                      disk_failed)
+  with pytest.raises(opening.ReopenFailed, match='is not served any more'):
+    server.reload(first, reason='test')
+  with pytest.raises(opening.ReopenFailed):
+    server.poll()
+  with pytest.raises(opening.ReopenFailed):
+    server.serve_until(lambda: False)
+  assert server.close() == first
+  assert sorted(os.listdir(os.path.dirname(first))) == on_disk
