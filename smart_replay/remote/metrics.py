@@ -26,17 +26,25 @@ polling thread):
   and `smart_replay_up` (0 when the buffer did not answer the scrape).
 
 The endpoint binds to 127.0.0.1 unless told otherwise: unlike Reverb, it can.
+Bound to any other address it needs authentication (protected mode): a bearer
+token (`token`; Prometheus: `authorization: {credentials_file: <file>}`) or
+client certificates (`tls_client_ca_file`; Prometheus: `tls_config`), unless
+`allow_unauthenticated_remote=True`. `tls_cert_file` and `tls_key_file` serve
+HTTPS. Every connection has `timeout_s` for its TLS handshake and then
+`timeout_s` to send its whole request, so slow or half-sent requests do not
+pile up threads. The serving itself is `http_server.serve`'s.
 """
 
-import errno
+import os
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 import prometheus_client
 from prometheus_client import core as prometheus_core
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
+from smart_replay.remote import http_server
 
 # (metric name, kind, where stats() has it, help text), per table.
 _TABLE_METRICS = (
@@ -169,6 +177,7 @@ class _ShardsCollector:
     yield down
     yield from per_table.values()
 
+
 def _table_families(tables: Any) -> Iterator[Any]:
   for name, kind, keys, text in _TABLE_METRICS:
     make = (prometheus_core.GaugeMetricFamily if kind == 'gauge' else
@@ -207,8 +216,15 @@ def _checkpoint_families(schedule: Any, now: float) -> Iterator[Any]:
   yield failing
 
 
+_PathLike = Union[str, 'os.PathLike[str]']
+
+# How Prometheus sends a bearer token, for the protected-mode error.
+_TOKEN_HINT = ('Prometheus sends it with `authorization: {credentials_file: '
+               '<file>}`')
+
+
 class MetricsEndpoint:
-  """Serves a buffer's metrics over HTTP; a context manager.
+  """Serves a buffer's metrics over HTTP(S); a context manager.
 
   Args:
     server: a started `ReplayServer`; or a connected client-mode manager of
@@ -219,54 +235,69 @@ class MetricsEndpoint:
       this process's datasets saw the shard go down).
     port: the HTTP port; 0 picks a free one.
     host: the address to bind (127.0.0.1: this machine only; '0.0.0.0'
-      for a Prometheus on another machine).
+      for a Prometheus on another machine, which needs `token` or
+      `tls_client_ca_file`, see `allow_unauthenticated_remote`).
+    token: a shared secret; when given, every request must carry the header
+      `Authorization: Bearer <token>` or gets a 401 (Prometheus:
+      `authorization: {credentials_file: <file>}` in the scrape config).
+    tls_cert_file: a PEM certificate (chain) to serve HTTPS; goes with
+      `tls_key_file`.
+    tls_key_file: the certificate's unencrypted PEM private key.
+    tls_client_ca_file: PEM certificate(s) of a CA; when given, clients must
+      present a certificate it signed (mutual TLS; Prometheus: `tls_config`
+      with `cert_file` and `key_file`). Needs `tls_cert_file`.
+    allow_unauthenticated_remote: serve on a non-loopback `host` with
+      neither `token` nor `tls_client_ca_file` (anyone who can reach the
+      port reads the metrics).
+    timeout_s: seconds a connection has for its TLS handshake, then for
+      sending its whole request, and for each write of the response; a
+      slower or half-sent request is dropped and its thread ends.
 
   Raises:
-    ValueError: if `port` is out of range or already in use (named).
+    ValueError: if an argument is invalid (named): `port` out of range or
+      already in use, a `host` that does not resolve to a local address, an
+      empty `token`, only one of `tls_cert_file` / `tls_key_file`, a missing
+      or unloadable TLS file, a non-positive `timeout_s`; or a non-loopback
+      `host` without authentication (protected mode).
   """
 
-  def __init__(self, server: Any, *, port: int, host: str = '127.0.0.1'):
-    if isinstance(port, bool) or not isinstance(port, int) or not (
-        0 <= port <= 65535):
-      raise ValueError(f'metrics_port must be an integer in [0, 65535], got '
-                       f'{port!r}.')
-    self._registry = prometheus_client.CollectorRegistry(auto_describe=False)
-    self._registry.register(
+  def __init__(self, server: Any, *, port: int, host: str = '127.0.0.1',
+               token: Optional[str] = None,
+               tls_cert_file: Optional[_PathLike] = None,
+               tls_key_file: Optional[_PathLike] = None,
+               tls_client_ca_file: Optional[_PathLike] = None,
+               allow_unauthenticated_remote: bool = False,
+               timeout_s: float = 10.0):
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(
         _ShardsCollector(server)
         if isinstance(server, manager_lib.ReplayBufferManager)
         else _Collector(server))
-    try:
-      self._httpd, self._thread = prometheus_client.start_http_server(
-          port, addr=host, registry=self._registry)
-    except OSError as e:
-      if e.errno == errno.EADDRINUSE:
-        raise ValueError(f'metrics_port {port} on {host} is already in use; '
-                         'pass another port, or 0 to pick a free one.') from e
-      raise
-    self._host = host
-    self._closed = False
+    self._registry = registry
+    self._http = http_server.serve(
+        prometheus_client.make_wsgi_app(registry), name='metrics', port=port,
+        host=host, token=token, tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file, tls_client_ca_file=tls_client_ca_file,
+        allow_unauthenticated_remote=allow_unauthenticated_remote,
+        timeout_s=timeout_s, token_hint=_TOKEN_HINT)
 
   @property
   def port(self) -> int:
     """The port the endpoint listens on."""
-    return self._httpd.server_port
+    return self._http.port
 
   @property
   def url(self) -> str:
-    """The metrics URL, e.g. `http://127.0.0.1:9090/metrics`."""
-    return f'http://{self._host}:{self.port}/metrics'
+    """The metrics URL, e.g. `http://127.0.0.1:9090/metrics` (https: TLS)."""
+    return self._http.url('/metrics')
 
   def close(self) -> None:
     """Stops serving (safe to call twice)."""
-    if self._closed:
-      return
-    self._closed = True
-    self._httpd.shutdown()
-    self._httpd.server_close()
-    self._thread.join(timeout=10)
+    self._http.close()
 
   def __enter__(self) -> 'MetricsEndpoint':
     return self
 
   def __exit__(self, *exc_info) -> None:
     self.close()
+

@@ -1,6 +1,13 @@
 """The Prometheus endpoint of a served buffer, scraped as Prometheus would."""
 
+import select
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.error
 import urllib.request
 
 from prometheus_client import parser
@@ -11,10 +18,25 @@ from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
 from tests import testing
 
+_HALF_SENT = b'GET /metrics HTTP/1.1\r\nHost: x\r\n'  # No blank line.
 
-def _scrape(url):
-  with urllib.request.urlopen(url, timeout=30) as response:
-    text = response.read().decode()
+
+def _get(url, token=None, context=None, timeout=30):
+  """GETs `url`; returns (status, headers, body), also for an HTTP error."""
+  request = urllib.request.Request(url)
+  if token is not None:
+    request.add_header('Authorization', f'Bearer {token}')
+  try:
+    with urllib.request.urlopen(request, timeout=timeout,
+                                context=context) as response:
+      return response.status, response.headers, response.read().decode()
+  except urllib.error.HTTPError as e:
+    return e.code, e.headers, e.read().decode()
+
+
+def _scrape(url, token=None, context=None):
+  status, _, text = _get(url, token=token, context=context)
+  assert status == 200, text
   samples = {}
   for family in parser.text_string_to_metric_families(text):
     for sample in family.samples:
@@ -37,6 +59,7 @@ def served(tmp_path, data_spec):
 def test_scrape_reports_tables_checkpoints_and_connections(served, data_spec):
   client = smart_replay.ReplayBufferManager(
       data_spec=data_spec, server_address=served.manager.server_address,
+      control_token_file=served.token_file,
       sample_timeout_s=5.0, write_timeout_s=5.0)
   _, observer = client.connect()
   with metrics.MetricsEndpoint(served, port=0) as endpoint:
@@ -77,8 +100,12 @@ def test_port_in_use_and_close_twice(served):
   with pytest.raises(ValueError, match='metrics_port.*70000'):
     metrics.MetricsEndpoint(served, port=70000)
   endpoint = metrics.MetricsEndpoint(served, port=0)
+  serving = [t for t in threading.enumerate()
+             if t.name == 'smart_replay-metrics']
+  assert serving and all(t.daemon for t in serving)
   endpoint.close()
   endpoint.close()
+  assert not any(t.is_alive() for t in serving)
   with pytest.raises(OSError):
     urllib.request.urlopen(endpoint.url, timeout=5)
 
@@ -94,3 +121,252 @@ def test_reverb_connections_counts_established_sockets():
       accepted, _ = listener.accept()
       with accepted:
         assert metrics.reverb_connections(port) == 1
+
+
+def _wait_for(condition, timeout_s, what):
+  """Polls `condition` until true; fails naming `what` after `timeout_s`."""
+  deadline = time.monotonic() + timeout_s
+  while not condition():
+    if time.monotonic() > deadline:
+      pytest.fail(f'{what}: not within {timeout_s} s.')
+    time.sleep(0.02)
+
+
+def test_token_is_required_on_every_request(served):
+  token = 'aN0ther-s3cret_token~'
+  with metrics.MetricsEndpoint(served, port=0, token=token) as endpoint:
+    for header in (None, 'wrong-token', token[:-1], token + 'x', ''):
+      status, headers, body = _get(endpoint.url, token=header)
+      assert status == 401, header
+      assert headers['WWW-Authenticate'] == 'Bearer'
+      assert 'smart_replay' not in body and 'Bearer <token>' in body
+    # The token under another scheme, or with no scheme, is refused too.
+    for value in (f'Basic {token}', token):
+      request = urllib.request.Request(endpoint.url,
+                                       headers={'Authorization': value})
+      with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+      assert refused.value.code == 401
+    assert _scrape(endpoint.url, token=token)[('smart_replay_up', ())] == 1
+    # The scheme is case-insensitive (RFC 7235).
+    request = urllib.request.Request(
+        endpoint.url, headers={'Authorization': f'bearer {token}'})
+    with urllib.request.urlopen(request, timeout=30) as response:
+      assert b'smart_replay_up 1.0' in response.read()
+
+
+def test_half_sent_requests_time_out_and_free_their_threads(served):
+  with metrics.MetricsEndpoint(served, port=0, timeout_s=1) as endpoint:
+    baseline = threading.active_count()
+    clients = []
+    try:
+      for _ in range(100):
+        client = socket.create_connection(('127.0.0.1', endpoint.port),
+                                          timeout=10)
+        clients.append(client)
+        client.sendall(_HALF_SENT)
+      # Each half-sent request holds a thread until its timeout ...
+      peak = [0]
+
+      def held():
+        peak[0] = max(peak[0], threading.active_count() - baseline)
+        return peak[0] >= 50
+
+      _wait_for(held, 5, 'the half-sent requests got threads')
+      # ... while a normal scrape is still answered.
+      scraped = _scrape(endpoint.url)
+      assert scraped[('smart_replay_up', ())] == 1
+      _wait_for(lambda: threading.active_count() <= baseline + 2, 10,
+                f'threads back to {baseline} (+2) from {peak[0]} more')
+      for client in clients:  # The server hung up on every one of them.
+        assert client.recv(1) == b''
+    finally:
+      for client in clients:
+        client.close()
+    assert _scrape(endpoint.url)[('smart_replay_up', ())] == 1
+
+
+def test_a_request_trickled_in_is_dropped_at_its_deadline(served):
+  # A byte now and then resets a socket timeout, but not the deadline.
+  with metrics.MetricsEndpoint(served, port=0, timeout_s=1) as endpoint:
+    with socket.create_connection(('127.0.0.1', endpoint.port),
+                                  timeout=10) as client:
+      request = _HALF_SENT + b'X-Padding: ' + b'a' * 1000
+      start, dropped = time.monotonic(), False
+      for byte in request:
+        if time.monotonic() - start > 5:
+          break
+        client.sendall(bytes([byte]))
+        readable, _, _ = select.select([client], [], [], 0.2)  # Pacing.
+        if readable:
+          dropped = client.recv(1) == b''
+          break
+      assert dropped, 'the trickled request was served to its end'
+      assert time.monotonic() - start < 3
+
+
+def _ipv6_loopback():
+  try:
+    with socket.socket(socket.AF_INET6) as probe:
+      probe.bind(('::1', 0))
+  except OSError:
+    return ()
+  return ('::1',)
+
+
+_IPV6_LOOPBACK = _ipv6_loopback()
+
+
+def test_protected_mode_needs_authentication_off_loopback(served):
+  with pytest.raises(ValueError, match=r"host '0\.0\.0\.0' .*token is None"):
+    metrics.MetricsEndpoint(served, port=0, host='0.0.0.0')
+  with metrics.MetricsEndpoint(served, port=0, host='0.0.0.0',
+                               allow_unauthenticated_remote=True) as endpoint:
+    local = f'http://127.0.0.1:{endpoint.port}/metrics'
+    assert _scrape(local)[('smart_replay_up', ())] == 1
+  with metrics.MetricsEndpoint(served, port=0, host='0.0.0.0',
+                               token='t0ken') as endpoint:
+    local = f'http://127.0.0.1:{endpoint.port}/metrics'
+    assert _get(local)[0] == 401
+    assert _scrape(local, token='t0ken')[('smart_replay_up', ())] == 1
+  for host in ('localhost', '127.0.0.2') + _IPV6_LOOPBACK:  # Need nothing.
+    with metrics.MetricsEndpoint(served, port=0, host=host) as endpoint:
+      assert _scrape(endpoint.url)[('smart_replay_up', ())] == 1
+  if _IPV6_LOOPBACK:
+    assert endpoint.url == f'http://[::1]:{endpoint.port}/metrics'
+
+
+_OPENSSL_CONFIG = """
+[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[client]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
+@pytest.fixture(scope='module')
+def pki(tmp_path_factory):
+  """A throwaway CA; a server certificate for 127.0.0.1 and localhost, a
+  client certificate it signed, and a self-signed (rogue) client's."""
+  if shutil.which('openssl') is None:
+    pytest.skip('the openssl command is not installed')
+  folder = tmp_path_factory.mktemp('pki')
+  config = folder / 'openssl.cnf'
+  config.write_text(_OPENSSL_CONFIG)
+
+  def openssl(*args):
+    subprocess.run(['openssl', *args], cwd=folder, check=True,
+                   capture_output=True)
+
+  new_key = ('-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1',
+             '-nodes')
+  openssl('req', '-x509', '-config', config, '-extensions', 'ca', *new_key,
+          '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj',
+          '/CN=smart_replay test CA')
+  for name, serial in (('server', '2'), ('client', '3')):
+    openssl('req', '-new', '-config', config, *new_key, '-keyout',
+            f'{name}.key', '-out', f'{name}.csr', '-subj', f'/CN={name}')
+    openssl('x509', '-req', '-in', f'{name}.csr', '-CA', 'ca.pem', '-CAkey',
+            'ca.key', '-set_serial', serial, '-days', '1', '-extfile', config,
+            '-extensions', name, '-out', f'{name}.pem')
+  openssl('req', '-x509', '-config', config, '-extensions', 'client',
+          *new_key, '-keyout', 'rogue.key', '-out', 'rogue.pem', '-days', '1',
+          '-subj', '/CN=rogue')
+  return {name: str(folder / name) for name in (
+      'ca.pem', 'server.pem', 'server.key', 'client.pem', 'client.key',
+      'rogue.pem', 'rogue.key')}
+
+
+def _client_context(pki, cert=None):
+  context = ssl.create_default_context(cafile=pki['ca.pem'])
+  if cert is not None:
+    context.load_cert_chain(pki[f'{cert}.pem'], pki[f'{cert}.key'])
+  return context
+
+
+def test_https_serves_metrics_to_clients_trusting_the_ca(served, pki):
+  with metrics.MetricsEndpoint(
+      served, port=0, tls_cert_file=pki['server.pem'],
+      tls_key_file=pki['server.key'], timeout_s=5) as endpoint:
+    assert endpoint.url.startswith('https://127.0.0.1:')
+    # A client that connects and never starts its handshake holds only its
+    # own thread, not the accepting one.
+    with socket.create_connection(('127.0.0.1', endpoint.port)):
+      scraped = _scrape(endpoint.url, context=_client_context(pki))
+    assert scraped[('smart_replay_up', ())] == 1
+    localhost = endpoint.url.replace('127.0.0.1', 'localhost')
+    assert _scrape(localhost, context=_client_context(pki))
+    with pytest.raises(urllib.error.URLError, match='CERTIFICATE_VERIFY'):
+      _get(endpoint.url, context=ssl.create_default_context())  # No CA.
+    with pytest.raises(OSError):  # Plain HTTP gets no answer.
+      _get(endpoint.url.replace('https:', 'http:'), timeout=10)
+
+
+def test_mutual_tls_needs_a_client_certificate_from_the_ca(served, pki):
+  # Client certificates count as authentication: 0.0.0.0 needs no token.
+  with metrics.MetricsEndpoint(
+      served, port=0, host='0.0.0.0', tls_cert_file=pki['server.pem'],
+      tls_key_file=pki['server.key'],
+      tls_client_ca_file=pki['ca.pem']) as endpoint:
+    url = f'https://127.0.0.1:{endpoint.port}/metrics'
+    for refused in (None, 'rogue'):
+      with pytest.raises(OSError):
+        _get(url, context=_client_context(pki, cert=refused), timeout=10)
+    scraped = _scrape(url, context=_client_context(pki, cert='client'))
+    assert scraped[('smart_replay_up', ())] == 1
+  # With a token as well, both are needed.
+  with metrics.MetricsEndpoint(
+      served, port=0, token='t0ken', tls_cert_file=pki['server.pem'],
+      tls_key_file=pki['server.key'],
+      tls_client_ca_file=pki['ca.pem']) as endpoint:
+    context = _client_context(pki, cert='client')
+    assert _get(endpoint.url, context=context)[0] == 401
+    assert _scrape(endpoint.url, token='t0ken', context=context)
+
+
+def test_arguments_are_checked_before_serving(served, pki, tmp_path):
+  cert, key = pki['server.pem'], pki['server.key']
+  for kwargs in ({'tls_cert_file': cert}, {'tls_key_file': key}):
+    with pytest.raises(ValueError, match='tls_cert_file and tls_key_file'):
+      metrics.MetricsEndpoint(served, port=0, **kwargs)
+  missing = str(tmp_path / 'missing.pem')
+  with pytest.raises(ValueError, match=f"tls_key_file '{missing}' does not"):
+    metrics.MetricsEndpoint(served, port=0, tls_cert_file=cert,
+                            tls_key_file=missing)
+  with pytest.raises(ValueError, match='tls_client_ca_file=.* needs'):
+    metrics.MetricsEndpoint(served, port=0, tls_client_ca_file=cert)
+  with pytest.raises(ValueError, match='tls_cert_file .* tls_key_file .*'
+                     'could not be loaded'):  # Not this certificate's key.
+    metrics.MetricsEndpoint(served, port=0, tls_cert_file=cert,
+                            tls_key_file=pki['client.key'])
+  encrypted = tmp_path / 'encrypted.key'
+  subprocess.run(['openssl', 'pkey', '-in', key, '-aes256', '-passout',
+                  'pass:x', '-out', encrypted], check=True)
+  with pytest.raises(ValueError, match='tls_key_file .* is encrypted'):
+    metrics.MetricsEndpoint(served, port=0, tls_cert_file=cert,
+                            tls_key_file=encrypted)
+  with pytest.raises(ValueError, match='token must be a non-empty string'):
+    metrics.MetricsEndpoint(served, port=0, token='')
+  with pytest.raises(ValueError, match='token must not contain whitespace') \
+      as caught:
+    metrics.MetricsEndpoint(served, port=0, token='s3cret\n')
+  assert 's3cret' not in str(caught.value)
+  for timeout_s in (0, -1.0, float('inf'), '10'):
+    with pytest.raises(ValueError, match=f'timeout_s .*{timeout_s!r}'):
+      metrics.MetricsEndpoint(served, port=0, timeout_s=timeout_s)

@@ -3,6 +3,7 @@
 import pytest
 
 from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import status
 
 
 def _schedule(**kwargs):
@@ -54,6 +55,45 @@ def test_record_keeps_the_newest_checkpoint():
   assert schedule.last_checkpoint == 'ckpt-000002'
   assert schedule.last_counts == (5, 1) and schedule.last_time == 4.0
   assert schedule.holds((5, 1)) and not schedule.holds((6, 1))
+
+
+@pytest.mark.unit
+def test_checkpoints_compare_by_number_not_as_strings():
+  schedule = _schedule()
+  schedule.record('/z/checkpoints/ckpt-999999', (5, 1), now=1.0)
+  schedule.record('/a/checkpoints/ckpt-1000000', (6, 1), now=2.0)
+  assert schedule.last_checkpoint == '/a/checkpoints/ckpt-1000000'
+  schedule.record('/z/checkpoints/ckpt-000003', (1, 0), now=3.0)
+  assert schedule.last_checkpoint == '/a/checkpoints/ckpt-1000000'
+  # A restore in place: the older checkpoint is what the buffer now holds.
+  schedule.restored('/a/checkpoints/ckpt-000002', (2, 0), now=4.0)
+  assert schedule.last_checkpoint == '/a/checkpoints/ckpt-000002'
+  assert schedule.holds((2, 0)) and schedule.last_time == 4.0
+
+
+@pytest.mark.unit
+def test_the_status_line_tells_a_restore_from_a_crash():
+  schedule = _schedule()
+  stats = {'tables': {}}
+  line = lambda loss: status.status_line(
+      address='h:1', stats=stats, before=stats, elapsed_s=1.0,
+      schedule=schedule, restart_loss=loss, now=1.0)
+  assert 'at its crash' in line({'lost_items': 3, 'cause': 'crash'})
+  restored = line({'lost_items': 598, 'cause': 'restore'})
+  assert 'the last restore dropped 598 item(s)' in restored
+  assert 'crash' not in restored
+
+
+@pytest.mark.unit
+def test_a_failed_attempt_is_logged_and_retried_later():
+  schedule = _schedule(retry_s=30)
+
+  def full_disk():
+    raise OSError(28, 'No space left on device')
+  assert schedule.attempt(full_disk, now=5.0) is None
+  assert schedule.retry_at == 35.0 and 'No space' in schedule.failing_since[1]
+  assert schedule.attempt(lambda: 'ckpt-000001', now=40.0) == 'ckpt-000001'
+  assert schedule.failing_since is None
 
 
 @pytest.mark.unit
