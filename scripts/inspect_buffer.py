@@ -26,6 +26,7 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
+from smart_replay.server import control_access
 from smart_replay.spec import specs
 from smart_replay.tools import export
 from smart_replay.tools import sharded_inspection
@@ -51,6 +52,14 @@ flags.DEFINE_string('spec_file', None, 'With --import_to: store the steps '
 flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
 flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
                    lower_bound=0.1)
+flags.DEFINE_string('control_token_file', None, 'For a server: a copy of its '
+                    'control token file (default: $SMART_REPLAY_CONTROL_TOKEN, '
+                    'else the file $SMART_REPLAY_CONTROL_TOKEN_FILE names).')
+flags.DEFINE_string('control_tls_ca_file', None, 'For a server with TLS: the '
+                    'CA that signed its certificate.')
+flags.DEFINE_string('control_tls_cert_file', None, 'For mutual TLS: this '
+                    "client's certificate.")
+flags.DEFINE_string('control_tls_key_file', None, 'For mutual TLS: its key.')
 
 
 def _work(target, stop):
@@ -64,7 +73,13 @@ def _work(target, stop):
         else None, stop_requested=stop)
     print(f'Imported {target} into {path}')
     return
-  description = sharded_inspection.describe(target, timeout_s=FLAGS.timeout_s)
+  description = sharded_inspection.describe(
+      target, timeout_s=FLAGS.timeout_s,
+      credentials=control_access.ClientCredentials.resolve(
+          token_file=FLAGS.control_token_file,
+          tls_ca_file=FLAGS.control_tls_ca_file,
+          tls_cert_file=FLAGS.control_tls_cert_file,
+          tls_key_file=FLAGS.control_tls_key_file))
   print(json.dumps(description, indent=1) if FLAGS.json else
         sharded_inspection.format_text(description))
   local = os.path.exists(target)

@@ -14,10 +14,15 @@ shipped configs/serve.gin is used (1,000,000 items of 2 steps, one uniform
 FIFO table, a checkpoint every 10 minutes). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
 
-Reverb and the control service (port + 1) listen on all interfaces with no
-authentication: keep them on loopback, a private network or a tunnel. The
-Prometheus endpoint (--metrics_port) binds to 127.0.0.1 unless --metrics_host
-says otherwise.
+The control service (port + 1) binds 127.0.0.1 unless --control_host says
+otherwise, and every call must carry the secret in --control_token_file
+(default <checkpoint_dir>/control.token, created mode 0600 at the first start;
+clients pass a copy as control_token_file= or $SMART_REPLAY_CONTROL_TOKEN_FILE).
+The Prometheus endpoint (--metrics_port) binds 127.0.0.1 unless --metrics_host
+says otherwise and asks for the same token (a Bearer header). Reverb's own
+port listens on all interfaces with no authentication (Reverb 0.14 cannot
+bind one address): close it with a firewall rule or a network namespace
+(docs/remote.md: "Security").
 
 Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config;
 128 + signal number if a second SIGINT/SIGTERM quit without the final
@@ -35,6 +40,7 @@ from absl import flags
 from smart_replay.apps import binary
 from smart_replay.apps import cli
 from smart_replay.remote import launch
+from smart_replay.server import control_access
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
@@ -58,6 +64,22 @@ flags.DEFINE_integer('sequence_length', None, 'Steps per item (default: the '
 flags.DEFINE_integer('stride_length', None, 'Steps between item starts '
                      "(default: the gin config's, 1 in serve.gin).",
                      lower_bound=1)
+flags.DEFINE_string('control_host', '127.0.0.1', 'Address of the control '
+                    "service (an interface's address, or '0.0.0.0', for "
+                    'clients on other machines).')
+flags.DEFINE_string('control_token_file', None, 'The secret every control '
+                    'call (and metrics scrape) must carry; default '
+                    '<checkpoint_dir>/control.token, created at first start.')
+flags.DEFINE_boolean('control_auth', True, 'Require the token. '
+                     '--nocontrol_auth serves without it: loopback only, '
+                     'unless --noprotected_mode.')
+flags.DEFINE_boolean('protected_mode', True, 'Refuse to serve beyond '
+                     'loopback without authentication.')
+flags.DEFINE_string('control_tls_cert_file', None, 'Serve the control '
+                    'service (and metrics) over TLS with this certificate.')
+flags.DEFINE_string('control_tls_key_file', None, 'Its private key.')
+flags.DEFINE_string('control_tls_client_ca_file', None, 'Require client '
+                    'certificates signed by this CA (mutual TLS).')
 flags.DEFINE_multi_string('gin_file', [], 'Gin config: a path, or the name '
                           'of a shipped config (repeatable; default '
                           'serve.gin).')
@@ -86,12 +108,19 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
+  access = control_access.ControlAccess(
+      host=FLAGS.control_host, token_file=FLAGS.control_token_file,
+      auth=FLAGS.control_auth, protected_mode=FLAGS.protected_mode,
+      tls_cert_file=FLAGS.control_tls_cert_file,
+      tls_key_file=FLAGS.control_tls_key_file,
+      tls_client_ca_file=FLAGS.control_tls_client_ca_file)
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, metrics_port=FLAGS.metrics_port,
-          metrics_host=FLAGS.metrics_host, stop_requested=stop,
-          ready=lambda line: print(line, flush=True), **given),
+          metrics_host=FLAGS.metrics_host, access=access,
+          stop_requested=stop, ready=lambda line: print(line, flush=True),
+          **given),
       verbose=FLAGS.verbose, flag_names=_OPTIONAL,
       quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint is resumed on the next start.')

@@ -21,6 +21,7 @@ from smart_replay.config import options
 from smart_replay.config import record
 from smart_replay.config import reverb_tables
 from smart_replay.server import control as control_lib
+from smart_replay.server import control_access
 from smart_replay.server import local_server as server_lib
 
 
@@ -31,8 +32,13 @@ class RemoteBackend(base.Backend):
     data_spec: the local spec of one step.
     shape: what the client asks for; its fields that are not None must
       match the server's (the rest is taken from the server).
-    location: the server's Reverb and control addresses.
+    location: the server's Reverb and control addresses, and the control
+      credentials' files.
     timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
+
+  Raises:
+    AuthenticationError: if a token file cannot be used (names it).
+    ValueError: if a TLS file is missing or given without its pair.
   """
 
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
@@ -46,6 +52,8 @@ class RemoteBackend(base.Backend):
     self._address = server_address
     self._control_address = (location.control_address or
                              control_lib.control_address_for(server_address))
+    self.credentials = control_access.ClientCredentials.resolve(
+        **location.control_files)
     self._connect_timeout_s = timeouts.connect_timeout_s
     self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
     # Guards the instance seen last (observers reconnect from their threads).
@@ -97,7 +105,8 @@ class RemoteBackend(base.Backend):
           f'{self._connect_timeout_s:g} s (connect_timeout_s). Is '
           'smart-replay-serve running there, and is the port reachable from '
           'this machine (firewall, tunnel)?') from e
-    control = control_lib.ControlClient(self._control_address)
+    control = control_lib.ControlClient(self._control_address,
+                                        credentials=self.credentials)
     try:
       served = control.call('info', timeout_s=self._connect_timeout_s)
       self.config = self._adopt(served['config'])
@@ -262,7 +271,8 @@ class RemoteBackend(base.Backend):
     """
     deadline = time.monotonic() + 3 * self._connect_timeout_s
     while True:
-      control = control_lib.ControlClient(self._control_address)
+      control = control_lib.ControlClient(self._control_address,
+                                        credentials=self.credentials)
       try:
         return control.call('info', timeout_s=self._connect_timeout_s).get(
             'instance') or {}

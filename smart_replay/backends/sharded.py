@@ -58,9 +58,11 @@ class ShardedBackend(base.Backend):
                location: options.RemoteBuffer, timeouts: options.Timeouts):
     self.addresses = location.addresses
     self._shards = [remote.RemoteBackend(
-        data_spec, shape=shape, location=options.RemoteBuffer(
-            address, restart_check_s=location.restart_check_s),
+        data_spec, shape=shape, location=dataclasses.replace(
+            location, server_address=address, actor_id=None),
         timeouts=timeouts) for address in self.addresses]
+    # Every shard is called with the same credentials.
+    self.credentials = self._shards[0].credentials
     self.writer_shard = writer_shard(location.actor_id, len(self.addresses))
     self.restart_check_s = location.restart_check_s
     self.where = f'the {len(self.addresses)} shards {list(self.addresses)}'

@@ -17,7 +17,7 @@ names, so a message names the same argument either way.
 
 import dataclasses
 import os
-from typing import Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import gin
 
@@ -154,15 +154,27 @@ class RemoteBuffer:
       restarted (besides at every flush and checkpoint, and after a write
       waited), so its writers count what a restart lost even when no write
       waited for it.
+    control_token_file: a copy of the server's control token file (its
+      `<buffer>/control.token`, or the one `smart-replay-serve
+      --control_token_file` names); None: `$SMART_REPLAY_CONTROL_TOKEN`,
+      else the file `$SMART_REPLAY_CONTROL_TOKEN_FILE` names.
+    control_tls_ca_file: the CA certificate that signed the control
+      service's certificate: connect with TLS.
+    control_tls_cert_file: this client's certificate, for mutual TLS.
+    control_tls_key_file: its private key.
 
   Raises:
-    ValueError: if an address is not 'host:port', or `restart_check_s` is
-      not a positive number.
+    ValueError: if an address is not 'host:port', `restart_check_s` is not
+      a positive number, or a file argument is not a path.
   """
   server_address: Union[str, Sequence[str]]
   control_address: Optional[str] = None
   restart_check_s: float = 10.0
   actor_id: Optional[int] = None
+  control_token_file: Optional[str] = None
+  control_tls_ca_file: Optional[str] = None
+  control_tls_cert_file: Optional[str] = None
+  control_tls_key_file: Optional[str] = None
 
   def __post_init__(self):
     addresses = self.server_address
@@ -183,11 +195,28 @@ class RemoteBuffer:
                                 ':' not in value):
         raise ValueError(f"{name} must be 'host:port', got {value!r}.")
     checks.positive('restart_check_s', self.restart_check_s)
+    for name in ('control_token_file', 'control_tls_ca_file',
+                 'control_tls_cert_file', 'control_tls_key_file'):
+      value = getattr(self, name)
+      if value is not None and (not isinstance(value, (str, os.PathLike))
+                                or not str(value)):
+        raise ValueError(f'{name} must be None or a file path, got '
+                         f'{value!r}.')
+      if value is not None:
+        object.__setattr__(self, name, os.fspath(value))
     if self.actor_id is not None and (isinstance(self.actor_id, bool) or
                                       not isinstance(self.actor_id, int) or
                                       self.actor_id < 0):
       raise ValueError(f'actor_id must be None or an integer >= 0, got '
                        f'{self.actor_id!r}.')
+
+  @property
+  def control_files(self) -> Dict[str, Optional[str]]:
+    """The credential files, as `ClientCredentials.resolve` takes them."""
+    return {'token_file': self.control_token_file,
+            'tls_ca_file': self.control_tls_ca_file,
+            'tls_cert_file': self.control_tls_cert_file,
+            'tls_key_file': self.control_tls_key_file}
 
   @property
   def addresses(self) -> Tuple[str, ...]:

@@ -118,7 +118,8 @@ class Sampling:
           decode=decode, as_train_kwargs=as_train_kwargs, timeout_s=timeout,
           prefetch=prefetch, on_start=running.feeds.add,
           probe=shards_lib.instance_probe(
-              [client.server_address for client, _ in running.shards]))
+              [client.server_address for client, _ in running.shards],
+              credentials=self._backend.credentials))
     if schedule is not None:
       return self._mixed(running, config, schedule, batch_size=batch_size,
                          num_steps=num_steps, train_step=train_step,

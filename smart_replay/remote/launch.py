@@ -12,6 +12,7 @@ import gin
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
+from smart_replay.server import control_access
 from smart_replay.spec import specs
 
 
@@ -22,6 +23,7 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
           capacity: Optional[int] = None,
           sequence_length: Optional[int] = None,
           stride_length: Optional[int] = None,
+          access: Optional[control_access.ControlAccess] = None,
           stop_requested: Callable[[], bool],
           ready: Callable[[str], None] = print) -> Optional[str]:
   """Loads a spec file and serves its buffer until asked to stop.
@@ -38,10 +40,13 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
     metrics_port: serve Prometheus metrics at
       `http://<metrics_host>:<metrics_port>/metrics` (see `metrics`); 0
       picks a free port; None: no metrics endpoint.
-    metrics_host: the address the metrics endpoint binds.
+    metrics_host: the address the metrics endpoint binds; it asks for the
+      control token, and shares the control service's TLS files.
     capacity: the buffer's capacity in items; None: gin's.
     sequence_length: steps per item; None: gin's.
     stride_length: steps between item starts; None: gin's.
+    access: where the control service listens and who may call it; None:
+      `ControlAccess()` as gin binds it (loopback, a token).
     stop_requested: polled; once true, a final checkpoint is written.
     ready: called with one line giving the addresses once serving.
 
@@ -58,17 +63,24 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
       ('stride_length', stride_length)) if value is not None}
   manager = manager_lib.ReplayBufferManager(
       data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port, **shape)
-  server = replay_server.ReplayServer(manager)
+  access = access or control_access.ControlAccess()
+  server = replay_server.ReplayServer(manager, access=access)
   server.start()
   endpoint = None
   try:
     if metrics_port is not None:
-      endpoint = metrics.MetricsEndpoint(server, port=metrics_port,
-                                         host=metrics_host)
+      endpoint = metrics.MetricsEndpoint(
+          server, port=metrics_port, host=metrics_host, token=server.token,
+          tls_cert_file=access.tls_cert_file,
+          tls_key_file=access.tls_key_file,
+          tls_client_ca_file=access.tls_client_ca_file,
+          allow_unauthenticated_remote=not access.protected_mode)
+    token = (f' Control token: {server.token_file}.' if server.token_file
+             else ' The control service asks for NO token.')
     ready(f'Serving {[c.name for c in manager.table_configs]} at '
-          f'{server.address} (Reverb; control at port {server.control_port}); '
-          f'on this machine: localhost:{server.port}. Checkpoints in '
-          f'{manager.checkpoint_dir}.' +
+          f'{server.address} (Reverb; control at {access.host}:'
+          f'{server.control_port}); on this machine: localhost:{server.port}.'
+          f' Checkpoints in {manager.checkpoint_dir}.{token}' +
           (f' Metrics at {endpoint.url}.' if endpoint else ''))
   except BaseException:
     if endpoint is not None:

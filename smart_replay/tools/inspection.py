@@ -16,6 +16,7 @@ import reverb
 from smart_replay import errors
 from smart_replay.backends import starter as starter_lib
 from smart_replay.server import control as control_lib
+from smart_replay.server import control_access
 from smart_replay.server import local_server as server_lib
 from smart_replay.spec import packing
 from smart_replay.spec import specs
@@ -198,13 +199,18 @@ def _starter(reference: Optional[Dict[str, Any]]
 
 
 def describe_server(address: str, *, timeout_s: float = 10.0,
-                    control_address: Optional[str] = None) -> Dict[str, Any]:
+                    control_address: Optional[str] = None,
+                    credentials: Optional[
+                        control_access.ClientCredentials] = None
+                    ) -> Dict[str, Any]:
   """Describes the buffer a running `smart-replay-serve` holds.
 
   Args:
     address: its Reverb 'host:port'.
     timeout_s: how long to wait for each answer.
     control_address: its control service; default port + 1.
+    credentials: what its control service requires; None: what
+      `ClientCredentials.resolve()` finds in the environment.
 
   Returns:
     The same keys as `describe_checkpoints` (live table counts, no
@@ -213,10 +219,12 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
   Raises:
     ServerUnavailableError: if the server or its control service does not
       answer in time.
+    AuthenticationError: if the control service refused the credentials.
   """
   info = server_lib.server_info(reverb.Client(address), timeout_s)
   control = control_lib.ControlClient(
-      control_address or control_lib.control_address_for(address))
+      control_address or control_lib.control_address_for(address),
+      credentials=credentials or control_access.ClientCredentials.resolve())
   try:
     served = control.call('info', timeout_s=timeout_s)
   finally:
@@ -247,12 +255,16 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
                           for p in served['checkpoints']]}
 
 
-def describe(target: str, *, timeout_s: float = 10.0) -> Dict[str, Any]:
+def describe(target: str, *, timeout_s: float = 10.0,
+             credentials: Optional[control_access.ClientCredentials] = None
+             ) -> Dict[str, Any]:
   """Describes a buffer directory, checkpoint folder or server address.
 
   Args:
     target: a path that exists, or 'host:port'.
     timeout_s: for a server, how long to wait for each answer.
+    credentials: for a server, what its control service requires (see
+      `describe_server`).
 
   Returns:
     See `describe_checkpoints`.
@@ -266,7 +278,8 @@ def describe(target: str, *, timeout_s: float = 10.0) -> Dict[str, Any]:
     return describe_checkpoints(target)
   host, _, port = target.rpartition(':')
   if host and port.isdigit():
-    return describe_server(target, timeout_s=timeout_s)
+    return describe_server(target, timeout_s=timeout_s,
+                           credentials=credentials)
   return describe_checkpoints(target)  # Raises CheckpointNotFoundError.
 
 

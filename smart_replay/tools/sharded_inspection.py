@@ -8,10 +8,11 @@ target is `inspection.describe`'s.
 """
 
 import concurrent.futures
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from smart_replay import errors
 from smart_replay.server import control as control_lib
+from smart_replay.server import control_access
 from smart_replay.tools import inspection
 
 # Table counts summed over the shards.
@@ -42,14 +43,18 @@ def shard_addresses(target: str) -> List[str]:
   return addresses
 
 
-def describe_shards(addresses: List[str], *,
-                    timeout_s: float = 10.0) -> Dict[str, Any]:
+def describe_shards(addresses: List[str], *, timeout_s: float = 10.0,
+                    credentials: Optional[
+                        control_access.ClientCredentials] = None
+                    ) -> Dict[str, Any]:
   """Describes a buffer sharded over running `smart-replay-serve`s.
 
   Args:
     addresses: every shard's Reverb 'host:port'.
     timeout_s: how long to wait for each shard's answers (all shards are
       asked at once).
+    credentials: what the shards' control services require; None: what
+      `ClientCredentials.resolve()` finds in the environment.
 
   Returns:
     Shard 0's description (spec, lengths, layout) with `source` the
@@ -60,10 +65,12 @@ def describe_shards(addresses: List[str], *,
   Raises:
     ServerUnavailableError: if no shard answers.
   """
+  credentials = credentials or control_access.ClientCredentials.resolve()
   shards, described = [], []
   with concurrent.futures.ThreadPoolExecutor(len(addresses)) as pool:
     asked = [pool.submit(inspection.describe_server, address,
-                         timeout_s=timeout_s) for address in addresses]
+                         timeout_s=timeout_s, credentials=credentials)
+             for address in addresses]
   for address, answer in zip(addresses, asked):  # All waited in parallel.
     try:
       one = answer.result()
@@ -88,16 +95,18 @@ def describe_shards(addresses: List[str], *,
       values = [d['tables'][name][key] for d in described]
       table[key] = None if None in values else sum(values)
   result['coordinated'] = _common_coordinated(
-      [s['address'] for s in shards if s['up']], timeout_s)
+      [s['address'] for s in shards if s['up']], timeout_s, credentials)
   return result
 
 
-def _common_coordinated(addresses: List[str], timeout_s: float) -> List[str]:
+def _common_coordinated(addresses: List[str], timeout_s: float,
+                        credentials: control_access.ClientCredentials
+                        ) -> List[str]:
   """Ids of the coordinated checkpoints every answering shard records."""
   held = []
   for address in addresses:
     control = control_lib.ControlClient(
-        control_lib.control_address_for(address))
+        control_lib.control_address_for(address), credentials=credentials)
     try:
       held.append({r['id'] for r in control.call(
           'coordinated_list', timeout_s=timeout_s)['records']})
@@ -108,13 +117,17 @@ def _common_coordinated(addresses: List[str], timeout_s: float) -> List[str]:
   return sorted(set.intersection(*held)) if held else []
 
 
-def describe(target: str, *, timeout_s: float = 10.0) -> Dict[str, Any]:
+def describe(target: str, *, timeout_s: float = 10.0,
+             credentials: Optional[control_access.ClientCredentials] = None
+             ) -> Dict[str, Any]:
   """Describes a sharded buffer (comma-separated addresses) or any target
   `inspection.describe` takes.
 
   Args:
     target: the buffer.
     timeout_s: how long to wait for each server's answers.
+    credentials: what servers' control services require (see
+      `inspection.describe_server`).
 
   Returns:
     `describe_shards` or `inspection.describe`.
@@ -126,8 +139,10 @@ def describe(target: str, *, timeout_s: float = 10.0) -> Dict[str, Any]:
   """
   addresses = shard_addresses(target)
   if addresses:
-    return describe_shards(addresses, timeout_s=timeout_s)
-  return inspection.describe(target, timeout_s=timeout_s)
+    return describe_shards(addresses, timeout_s=timeout_s,
+                           credentials=credentials)
+  return inspection.describe(target, timeout_s=timeout_s,
+                             credentials=credentials)
 
 
 def format_text(description: Dict[str, Any]) -> str:
