@@ -208,6 +208,7 @@ def test_wheel_ships_the_configs(tmp_path):
 def test_serve_exports_prometheus_metrics(tmp_path):
   """`smart-replay-serve --metrics_port=0` answers a scrape; SIGTERM stops."""
   import signal  # pylint: disable=g-import-not-at-top
+  import urllib.error  # pylint: disable=g-import-not-at-top
   import urllib.request  # pylint: disable=g-import-not-at-top
   import portpicker  # pylint: disable=g-import-not-at-top
   from smart_replay.spec import specs  # pylint: disable=g-import-not-at-top
@@ -233,7 +234,12 @@ def test_serve_exports_prometheus_metrics(tmp_path):
       assert process.poll() is None, log_path.read_text()
       assert time.monotonic() < deadline, log_path.read_text()
       time.sleep(0.2)
-    with urllib.request.urlopen(url, timeout=30) as response:
+    token = (tmp_path / 'buffer' / 'control.token').read_text().strip()
+    with pytest.raises(urllib.error.HTTPError, match='401'):
+      urllib.request.urlopen(url, timeout=30)  # The token is required.
+    request = urllib.request.Request(
+        url, headers={'Authorization': f'Bearer {token}'})
+    with urllib.request.urlopen(request, timeout=30) as response:
       text = response.read().decode()
     assert 'smart_replay_up 1.0' in text
     assert 'smart_replay_table_items{table="experience"} 0.0' in text

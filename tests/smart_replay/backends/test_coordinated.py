@@ -127,12 +127,12 @@ def test_a_shard_that_fails_its_save_leaves_a_checkpoint_restores_ignore(
       calls.append(step)
       if len(calls) == 2:
         raise OSError(28, 'No space left on device')
-  monkeypatch.setattr(checkpoint_store, '_fault_point', fail_once)
-  with pytest.raises(smart_replay.CheckpointWriteError,
-                     match=r'failed on 1 of 3 shard\(s\): shard \d '
-                     r'\(localhost:\d+\): .*No space left'):
-    learner.checkpoint()
-  monkeypatch.undo()
+  with monkeypatch.context() as patch:
+    patch.setattr(checkpoint_store, '_fault_point', fail_once)
+    with pytest.raises(smart_replay.CheckpointWriteError,
+                       match=r'failed on 1 of 3 shard\(s\): shard \d '
+                       r'\(localhost:\d+\): .*No space left'):
+      learner.checkpoint()
   learner.close()
   restorer = smart_replay.ReplayBufferManager(
       data_spec=data_spec, server_address=addresses)

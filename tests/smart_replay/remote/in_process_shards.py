@@ -1,26 +1,34 @@
 """Shards of a sharded buffer in the test's process: `ReplayServer`s, each
-on its own port and directory (the server of `smart-replay-serve`)."""
+on its own port and directory (the server of `smart-replay-serve`), all
+with one control token file, which the test's clients find through
+`$SMART_REPLAY_CONTROL_TOKEN_FILE`."""
 
 import pytest
 
 import smart_replay
 from smart_replay.remote import replay_server as serve
+from smart_replay.server import control_access
 from tests.smart_replay.remote import remote_workers
+from tests.smart_replay.remote import serve_process
 
 
 @pytest.fixture
-def shards(tmp_path, data_spec):
+def shards(tmp_path, data_spec, monkeypatch):
   """`start(n, **manager_kwargs)`: n servers; returns their addresses.
   `start.servers` lists them; `start.restart(k)` serves shard k again on
-  its port, from its directory."""
+  its port, from its directory; `start.token_file` is their token file."""
   servers, made, ports = [], [], []
+  token_file = serve_process.shared_token_file(tmp_path)
+  monkeypatch.setenv(control_access.TOKEN_FILE_ENV, token_file)
 
   def serve_shard(index, port, kwargs):
     manager = smart_replay.ReplayBufferManager(
         data_spec=data_spec, capacity=1000,
         checkpoint_dir=str(tmp_path / f'shard{index}'), port=port,
         **{'sequence_length': 2, **kwargs})
-    server = serve.ReplayServer(manager, control_port=port + 1)
+    server = serve.ReplayServer(
+        manager, control_port=port + 1,
+        access=control_access.ControlAccess(token_file=token_file))
     server.start()
     made.append(server)
     return server
@@ -35,6 +43,7 @@ def shards(tmp_path, data_spec):
     servers[index] = serve_shard(index, ports[index], {})
 
   start.servers, start.restart = servers, restart
+  start.token_file = token_file
   yield start
   for server in made:
     server.close(final_checkpoint=False)

@@ -1,9 +1,11 @@
 """`smart-replay-serve` processes and spawned workers for the remote tests.
 
 `served` is a fixture starting real `smart-replay-serve` processes (killed
-at the end of the test); `start`, `get` and `wait_until` start spawned
-workers, collect their reports and wait on conditions, each with a timeout
-that fails the test instead of hanging it.
+at the end of the test), all with one control token file, which the test's
+clients and spawned workers find through `$SMART_REPLAY_CONTROL_TOKEN_FILE`;
+`start`, `get` and `wait_until` start spawned workers, collect their reports
+and wait on conditions, each with a timeout that fails the test instead of
+hanging it.
 """
 
 import multiprocessing
@@ -16,6 +18,7 @@ import time
 
 import pytest
 
+from smart_replay.server import control_access
 from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import remote_workers
@@ -27,16 +30,19 @@ SPAWN = multiprocessing.get_context('spawn')
 class ServeProcess:
   """`smart-replay-serve` in a subprocess; its log is read on demand."""
 
-  def __init__(self, tmp_path, checkpoint_dir, port, *bindings):
+  def __init__(self, tmp_path, checkpoint_dir, port, *bindings,
+               flags=()):
     spec_file = str(tmp_path / 'spec.pbtxt')
     if not os.path.exists(spec_file):
       specs.save_spec(spec_file, remote_workers.data_spec())
+    self.token_file = shared_token_file(tmp_path)
     self.log_path = str(tmp_path / f'serve-{time.monotonic_ns()}.log')
     self._log = open(self.log_path, 'w')
     self.process = subprocess.Popen(
         [sys.executable, '-m', 'smart_replay_scripts.serve',
          f'--spec_file={spec_file}', f'--checkpoint_dir={checkpoint_dir}',
-         f'--port={port}',
+         f'--port={port}', f'--control_token_file={self.token_file}',
+         *flags,
          '--gin_bindings=ReplayBufferManager.capacity=100000',
          '--gin_bindings=ReplayServer.log_every_s=1.0'] +
         [f'--gin_bindings={b}' for b in bindings],
@@ -69,13 +75,24 @@ class ServeProcess:
     return code
 
 
-@pytest.fixture
-def served(tmp_path):
-  servers = []
+def shared_token_file(tmp_path):
+  """The control token file of a test's servers (made once, mode 0600)."""
+  path = str(tmp_path / 'control.token')
+  if not os.path.exists(path):
+    control_access.new_token_file(path)
+  return path
 
-  def start(*bindings, checkpoint_dir=None, port=None):
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+  servers = []
+  monkeypatch.setenv(control_access.TOKEN_FILE_ENV,
+                     shared_token_file(tmp_path))
+
+  def start(*bindings, checkpoint_dir=None, port=None, flags=()):
     server = ServeProcess(tmp_path, checkpoint_dir or str(tmp_path / 'buffer'),
-                          port or remote_workers.free_port_pair(), *bindings)
+                          port or remote_workers.free_port_pair(), *bindings,
+                          flags=flags)
     servers.append(server)
     return server
 

@@ -76,7 +76,8 @@ def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
   assert os.path.isdir(path)
   with open(os.path.join(path, 'manifest.json')) as f:
     manifest = json.load(f)
-  assert manifest['extra'] == {'learner': 'done'}
+  # The server marks checkpoints clients asked for (their retention group).
+  assert manifest['extra'] == {'learner': 'done', 'requested_by_client': True}
   assert manifest['counts']['tables']['experience']['items'] == total
 
   # kill -9 an actor mid-episode while another one writes.

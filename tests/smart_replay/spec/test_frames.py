@@ -361,7 +361,9 @@ def test_a_standalone_server_serves_the_frame_stack(tmp_path):
       assert process.poll() is None, log_path.read_text()[-3000:]
       assert time.monotonic() < deadline, log_path.read_text()[-3000:]
       time.sleep(0.2)
-    client = ReplayBufferManager(spec, server_address=f'localhost:{port}')
+    client = ReplayBufferManager(
+        spec, server_address=f'localhost:{port}',
+        control_token_file=str(tmp_path / 'b' / 'control.token'))
     try:
       _, observer = client.connect()
       assert client.buffer_config['layout']['frame_stack'] == {

@@ -7,6 +7,7 @@ import pytest
 import smart_replay
 from smart_replay.config import tables
 from smart_replay.remote import replay_server as serve
+from smart_replay.server import control_access
 from smart_replay.tools import inspection
 from tests import testing
 
@@ -93,7 +94,9 @@ def test_describes_a_running_server(tmp_path, data_spec):
     manager.flush()
     d = inspection.describe_server(
         manager.server_address,
-        control_address=f'localhost:{server.control_port}')
+        control_address=f'localhost:{server.control_port}',
+        credentials=control_access.ClientCredentials.resolve(
+            token_file=server.token_file))
     table = d['tables']['experience']
     assert table['items'] == table['size'] == manager.num_frames() > 0
     assert table['sampler'] == 'prioritized' and table['capacity'] == 300
