@@ -24,20 +24,22 @@ import time
 import portpicker
 
 import smart_replay
+from smart_replay.server import control_access
 from smart_replay.spec import specs
 from smart_replay_benchmarks import workload as wl_lib
 
 SPEC_SIZE = 32
 
 
-def _write(addresses, shard, steps, ready, go, results):
+def _write(addresses, token_file, shard, steps, ready, go, results):
   """A writer process: connects, waits for `go`, writes `steps` steps into
   shard `shard`; reports its rate and when it finished."""
   spec = wl_lib.data_spec(SPEC_SIZE)
   stream = wl_lib.make_steps(wl_lib.Workload(steps=steps, repeats=1),
                              shard * steps, steps)
   manager = smart_replay.ReplayBufferManager(
-      spec, server_address=list(addresses), actor_id=shard)
+      spec, server_address=list(addresses), actor_id=shard,
+      control_token_file=token_file)
   _, observer = manager.connect()
   ready.put(shard)
   go.wait(600)
@@ -50,14 +52,15 @@ def _write(addresses, shard, steps, ready, go, results):
   manager.close()
 
 
-def _serve(root, index, spec_file):
+def _serve(root, index, spec_file, token_file):
   port = portpicker.pick_unused_port()
   while not portpicker.is_port_free(port + 1):  # The control service's.
     port = portpicker.pick_unused_port()
   process = subprocess.Popen(
       [sys.executable, '-m', 'smart_replay_scripts.serve',
        f'--spec_file={spec_file}', f'--checkpoint_dir={root}/shard{index}',
-       f'--port={port}', '--capacity=1000000'],
+       f'--port={port}', '--capacity=1000000',
+       f'--control_token_file={token_file}'],
       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
   line = process.stdout.readline()
   if not line.startswith('Serving'):
@@ -70,13 +73,18 @@ def measure(num_shards: int, steps: int, root: str) -> dict:
   spec = wl_lib.data_spec(SPEC_SIZE)
   spec_file = os.path.join(root, 'spec.pbtxt')
   specs.save_spec(spec_file, spec)
-  servers = [_serve(root, i, spec_file) for i in range(num_shards)]
+  token_file = os.path.join(root, 'control.token')
+  if not os.path.exists(token_file):
+    control_access.new_token_file(token_file)
+  servers = [_serve(root, i, spec_file, token_file)
+             for i in range(num_shards)]
   addresses = [address for _, address in servers]
   try:
     context = multiprocessing.get_context('spawn')
     results, ready, go = context.Queue(), context.Queue(), context.Event()
     writers = [context.Process(target=_write,
-                               args=(addresses, i, steps, ready, go, results))
+                               args=(addresses, token_file, i, steps, ready,
+                                     go, results))
                for i in range(num_shards)]
     for writer in writers:
       writer.start()
@@ -89,8 +97,8 @@ def measure(num_shards: int, steps: int, root: str) -> dict:
     wall = max(ended for _, _, ended in reports) - began
     for writer in writers:
       writer.join(60)
-    manager = smart_replay.ReplayBufferManager(spec,
-                                               server_address=addresses)
+    manager = smart_replay.ReplayBufferManager(
+        spec, server_address=addresses, control_token_file=token_file)
     manager.connect()
     batches = iter(manager.get_dataset(batch_size=256, num_steps=2))
     for _ in range(5):

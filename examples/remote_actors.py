@@ -12,12 +12,16 @@ The layout of a distributed TF-Agents run, on one machine:
 * this process is the learner: it connects too and trains DQN from
   `get_dataset`, then asks the server for a checkpoint.
 
+Every client presents the server's control token, the file the server
+created in its buffer directory (`<root_dir>/buffer/control.token`).
+
 ```bash
 python examples/remote_actors.py --root_dir=/tmp/remote_cartpole
 ```
 
-On several machines, run the server with the same flags on one of them and
-give the others `--server_address=<host>:<port>` (see docs/remote.md).
+On several machines, run the server with the same flags (and
+`--control_host=<its address>`) on one of them, and give the others its
+address and a copy of its token file (see docs/remote.md: "Security").
 """
 
 import multiprocessing
@@ -70,12 +74,14 @@ def make_agent(env, train_step: tf.Variable) -> dqn_agent.DqnAgent:
   return agent
 
 
-def run_actor(server_address: str, seed: int, steps: int) -> None:
+def run_actor(server_address: str, token_file: str, seed: int,
+              steps: int) -> None:
   """One actor process: connects to the server and writes `steps` steps."""
   env = make_env(seed)
   agent = make_agent(env, train_utils.create_train_step())
   with smart_replay.ReplayBufferManager(
-      agent.collect_data_spec, server_address=server_address) as manager:
+      agent.collect_data_spec, server_address=server_address,
+      control_token_file=token_file) as manager:
     _, observer = manager.connect()  # Checks the spec against the server.
     policy = random_py_policy.RandomPyPolicy(env.time_step_spec(),
                                              env.action_spec(), seed=seed)
@@ -85,7 +91,8 @@ def run_actor(server_address: str, seed: int, steps: int) -> None:
 
 
 def start_server(root_dir: str, data_spec, timeout_s: float):
-  """Starts `smart-replay-serve`; returns the process and its address."""
+  """Starts `smart-replay-serve`; returns the process, its address and its
+  control token file."""
   spec_file = os.path.join(root_dir, 'spec.pbtxt')
   specs.save_spec(spec_file, data_spec)
   port = portpicker.pick_unused_port()
@@ -102,7 +109,8 @@ def start_server(root_dir: str, data_spec, timeout_s: float):
     server.kill()
     raise RuntimeError(f'smart-replay-serve did not start: {line!r}')
   logging.info('%s', line.strip())
-  return server, f'localhost:{port}'
+  return (server, f'localhost:{port}',
+          os.path.join(root_dir, 'buffer', 'control.token'))
 
 
 def _read_line(process: subprocess.Popen, timeout_s: float) -> str:
@@ -124,17 +132,19 @@ def main(argv):
   env = make_env(0)
   train_step = train_utils.create_train_step()
   agent = make_agent(env, train_step)
-  server, address = start_server(FLAGS.root_dir, agent.collect_data_spec,
-                                 FLAGS.server_timeout_s)
+  server, address, token_file = start_server(
+      FLAGS.root_dir, agent.collect_data_spec, FLAGS.server_timeout_s)
   try:
     context = multiprocessing.get_context('spawn')
     actors = [context.Process(target=run_actor,
-                              args=(address, seed, FLAGS.steps_per_actor))
+                              args=(address, token_file, seed,
+                                    FLAGS.steps_per_actor))
               for seed in range(1, FLAGS.num_actors + 1)]
     for process in actors:
       process.start()
-    with smart_replay.ReplayBufferManager(agent.collect_data_spec,
-                                          server_address=address) as manager:
+    with smart_replay.ReplayBufferManager(
+        agent.collect_data_spec, server_address=address,
+        control_token_file=token_file) as manager:
       manager.connect()
       dqn_learner = learner.Learner(
           os.path.join(FLAGS.root_dir, 'train'), train_step, agent,

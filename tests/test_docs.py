@@ -70,6 +70,9 @@ def _start_server(tmp_path) -> Tuple[subprocess.Popen, str]:
       text=True)
   line = server.stdout.readline()  # The server prints it once serving.
   assert line.startswith('Serving'), (line, server.stderr.read()[-2000:])
+  # The text's clients read a copy of its token, as a remote machine would.
+  shutil.copy(f'{tmp_path}/server/buffer/control.token',
+              tmp_path / 'work' / 'control.token')
   return server, f'localhost:{port}'
 
 
