@@ -29,6 +29,7 @@ Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config;
 checkpoint (the last completed one stays loadable).
 """
 
+import functools
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
@@ -108,9 +109,10 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
-  access = control_access.ControlAccess(
-      host=FLAGS.control_host, token_file=FLAGS.control_token_file,
-      auth=FLAGS.control_auth, protected_mode=FLAGS.protected_mode,
+  access = functools.partial(  # Built inside: a bad one exits 2.
+      control_access.ControlAccess, host=FLAGS.control_host,
+      token_file=FLAGS.control_token_file, auth=FLAGS.control_auth,
+      protected_mode=FLAGS.protected_mode,
       tls_cert_file=FLAGS.control_tls_cert_file,
       tls_key_file=FLAGS.control_tls_key_file,
       tls_client_ca_file=FLAGS.control_tls_client_ca_file)
@@ -118,7 +120,7 @@ def main(argv):
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
           port=FLAGS.port, metrics_port=FLAGS.metrics_port,
-          metrics_host=FLAGS.metrics_host, access=access,
+          metrics_host=FLAGS.metrics_host, access=access(),
           stop_requested=stop, ready=lambda line: print(line, flush=True),
           **given),
       verbose=FLAGS.verbose, flag_names=_OPTIONAL,

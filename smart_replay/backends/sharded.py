@@ -185,12 +185,15 @@ class ShardedBackend(base.Backend):
       raise ValueError('overwrite=True cannot apply to a sharded buffer: each '
                        'server owns its directory. Restart the servers with '
                        "on_existing='overwrite' to empty them.")
-    started = self.connect()
+    self.connect()
     try:
       record = coordinated.restore(self._call, self.addresses, source)
-    except BaseException:
+    finally:
       self.stop()
-      raise
+    # Each shard's Reverb server restarted in place: connect again, so that
+    # nothing goes on over a connection to a server that is gone (its first
+    # call would fail with 'GOAWAY' or 'Transport closed').
+    started = self.connect()
     return dataclasses.replace(started, loaded={
         'path': f'coordinated {record["id"]}',
         'manifest': coordinated.as_manifest(record)})
