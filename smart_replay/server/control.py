@@ -178,7 +178,6 @@ class ControlServer:
     self._slow, self._redact = slow, redact or (lambda x: x)
     self._slots = threading.BoundedSemaphore(MAX_SLOW_CALLS)
     self._malformed = _Throttled('malformed requests')
-    self._failed = _Throttled('calls failed inside the server')
     refused = _Throttled('calls refused without a valid token')
     interceptors = ([control_access.TokenInterceptor(
         token, on_refused=refused)] if token else [])
@@ -226,8 +225,9 @@ class ControlServer:
         return {'error': {'type': type(e).__name__,
                           'message': self._redact(str(e))}}
       except Exception as e:  # pylint: disable=broad-except
-        incident = uuid.uuid4().hex[:8]
-        self._failed(f'{name} [{incident}]: {type(e).__name__}: {e}')
+        incident = uuid.uuid4().hex[:8]  # One line each: the id is findable.
+        logging.error('Control service: %r failed (incident %s): %s: %s',
+                      name, incident, type(e).__name__, e)
         return {'error': {'type': 'RuntimeError', 'message':
                           f'{name!r} failed inside the server (incident '
                           f'{incident} in its log).'}}
