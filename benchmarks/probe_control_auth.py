@@ -4,8 +4,11 @@ One in-process `ReplayServer` per mode (no token, a token, a token over TLS)
 on a tiny buffer; a `ControlClient` calls 'info' (the call every client and
 every shard monitor makes) `--calls` times in a row, after a warm-up, and
 the modes take turns in rounds so that the machine's load falls on each
-alike. Prints the median and 99th percentile latency of each mode and the
-ratios to the mode without a token, as JSON lines.
+alike. A server without a token also hides its paths from every answer,
+which costs time of its own; so two bare `ControlServer`s with a trivial
+method, without and with the token, isolate what the token check costs.
+Prints the median and 99th percentile latency of each mode and the ratios
+to the mode without a token, as JSON lines.
 
 Run: .venv/bin/python benchmarks/probe_control_auth.py [--calls=2000]
 (about a minute on 2 cores; TLS needs the `openssl` command).
@@ -82,15 +85,26 @@ def main():
           credentials=control_access.ClientCredentials.resolve(
               token_file=servers[name].token_file, tls_ca_file=ca_file,
               environ={}))
+    for name, token in (('bare, no token', None), ('bare, token', 'secret')):
+      modes[name] = None
+      servers[name] = control_lib.ControlServer(
+          {'info': lambda request: {'ok': 1}}, port=0, token=token,
+          access=control_access.ControlAccess(auth=token is not None))
+      clients[name] = control_lib.ControlClient(
+          f'127.0.0.1:{servers[name].port}',
+          credentials=control_access.ClientCredentials(token=token))
+    for name in modes:
       _timed_calls(clients[name], 200)  # Warm-up: the channel, the TLS.
     seconds = {name: [] for name in modes}
     for _ in range(args.rounds):
       for name in modes:
         seconds[name].append(_timed_calls(clients[name],
                                           args.calls // args.rounds))
-    base = np.median(np.concatenate(seconds['no token']))
     for name in modes:
       values = np.concatenate(seconds[name])
+      base = np.median(np.concatenate(
+          seconds['bare, no token' if name.startswith('bare') else
+                  'no token']))
       print(json.dumps({
           'mode': name, 'calls': len(values),
           'median_ms': round(1e3 * float(np.median(values)), 3),
@@ -99,7 +113,10 @@ def main():
             flush=True)
     for name in modes:
       clients[name].close()
-      servers[name].close(final_checkpoint=False)
+      if name.startswith('bare'):
+        servers[name].stop()
+      else:
+        servers[name].close(final_checkpoint=False)
 
 
 if __name__ == '__main__':
