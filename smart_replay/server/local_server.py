@@ -166,7 +166,7 @@ def _start_once(make_tables, port: int, checkpoint_root: str,
     raise
   # Once per process: every buffer's Reverb server is reachable so.
   logging.log_first_n(
-      logging.WARNING, 'Reverb serves this buffer on port %d of ALL network '
+      logging.INFO, 'Reverb serves this buffer on port %d of ALL network '
       'interfaces, without authentication (Reverb 0.14 cannot bind one '
       'address): anyone who reaches the port can read, write and reset it. '
       'On a shared or exposed machine, close it with a firewall rule or a '
