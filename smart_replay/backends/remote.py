@@ -35,6 +35,8 @@ class RemoteBackend(base.Backend):
     location: the server's Reverb and control addresses, and the control
       credentials' files.
     timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
+    credentials: the control credentials, already resolved (a sharded
+      client's, once for every shard); None: from `location`.
 
   Raises:
     AuthenticationError: if a token file cannot be used (names it).
@@ -42,7 +44,9 @@ class RemoteBackend(base.Backend):
   """
 
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
-               location: options.RemoteBuffer, timeouts: options.Timeouts):
+               location: options.RemoteBuffer, timeouts: options.Timeouts,
+               credentials: Optional[
+                   control_access.ClientCredentials] = None):
     server_address = location.addresses[0]
     self._data_spec = data_spec
     requested = {f.name: getattr(shape, f.name)
@@ -52,8 +56,8 @@ class RemoteBackend(base.Backend):
     self._address = server_address
     self._control_address = (location.control_address or
                              control_lib.control_address_for(server_address))
-    self.credentials = control_access.ClientCredentials.resolve(
-        **location.control_files)
+    self.credentials = (credentials or control_access.ClientCredentials
+                        .resolve(**location.control_files))
     self._connect_timeout_s = timeouts.connect_timeout_s
     self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
     # Guards the instance seen last (observers reconnect from their threads).

@@ -26,6 +26,7 @@ from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
 from smart_replay.config import record
+from smart_replay.server import control_access
 
 
 def writer_shard(actor_id: Optional[int], num_shards: int) -> int:
@@ -57,12 +58,14 @@ class ShardedBackend(base.Backend):
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
                location: options.RemoteBuffer, timeouts: options.Timeouts):
     self.addresses = location.addresses
+    # Every shard is called with the same credentials, resolved once.
+    self.credentials = control_access.ClientCredentials.resolve(
+        **location.control_files)
     self._shards = [remote.RemoteBackend(
         data_spec, shape=shape, location=dataclasses.replace(
             location, server_address=address, actor_id=None),
-        timeouts=timeouts) for address in self.addresses]
-    # Every shard is called with the same credentials.
-    self.credentials = self._shards[0].credentials
+        timeouts=timeouts, credentials=self.credentials)
+                    for address in self.addresses]
     self.writer_shard = writer_shard(location.actor_id, len(self.addresses))
     self.restart_check_s = location.restart_check_s
     self.where = f'the {len(self.addresses)} shards {list(self.addresses)}'

@@ -18,7 +18,6 @@ shard finds its checkpoint inside its own `checkpoints/` folder.
 """
 
 import os
-import time
 from typing import Any, Dict, List, Protocol
 
 from smart_replay import errors
@@ -41,16 +40,6 @@ class Shard(Protocol):
 
   def reload(self, path: str, *, reason: str) -> str:
     """Restores checkpoint `path` in place; returns the new checkpoint."""
-
-
-def _checked_id(request: Dict[str, Any]) -> str:
-  """The request's id: well formed and not in the future of this clock."""
-  coordinated_id = coordinated.check_id(request.get('id'))
-  if coordinated.id_time(coordinated_id) > (time.time() +
-                                            coordinated.MAX_CLOCK_SKEW_S):
-    raise ValueError(f'coordinated checkpoint id {coordinated_id} is later '
-                     "than this server's clock allows.")
-  return coordinated_id
 
 
 def _names_own(named: str, mine: str, buffer_dir: str) -> bool:
@@ -77,7 +66,7 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
     return shard.manager.checkpoint_dir
 
   def save(request: Dict[str, Any]) -> Dict[str, Any]:
-    coordinated_id = _checked_id(request)
+    coordinated_id = coordinated.check_current_id(request.get('id'))
     extra = handlers.client_extra(request)
     extra[coordinated.EXTRA_KEY] = coordinated_id
     path = shard.checkpoint(extra=extra,

@@ -15,7 +15,6 @@ import os
 from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
-from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.server import control as control_lib
 from smart_replay.storage import coordinated
 
@@ -59,7 +58,6 @@ def client_extra(request: Dict[str, Any]) -> Dict[str, Any]:
   if reserved:
     raise ValueError(f'extra must not set {sorted(reserved)}: the server '
                      'sets those keys itself.')
-  checkpointer_lib.check_extra(extra)
   return dict(extra)
 
 

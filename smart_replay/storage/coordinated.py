@@ -99,6 +99,30 @@ def id_time(coordinated_id: str) -> float:
   return when.timestamp() + (float(f'0.{fraction}') if fraction else 0.0)
 
 
+def check_current_id(coordinated_id: Any, *,
+                     now: Optional[float] = None) -> str:
+  """Checks an id (`check_id`) and that it is no later than the server's
+  clock plus `MAX_CLOCK_SKEW_S` (an id of the future would sort newest).
+
+  Args:
+    coordinated_id: the id.
+    now: the server's clock (default: now).
+
+  Returns:
+    The id.
+
+  Raises:
+    ValueError: naming the id and the latest time allowed.
+  """
+  coordinated_id = check_id(coordinated_id)
+  now = time.time() if now is None else now
+  if id_time(coordinated_id) > now + MAX_CLOCK_SKEW_S:
+    clock = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+    _fail('id', coordinated_id, f"no later than this server's clock "
+          f'({clock:%Y-%m-%dT%H:%M:%SZ}) plus {MAX_CLOCK_SKEW_S:g} s')
+  return coordinated_id
+
+
 def _fail(what: str, value: Any, expected: str) -> None:
   raise ValueError(f'coordinated record: {what} must be {expected}, got '
                    f'{value!r:.120}.')
@@ -134,12 +158,8 @@ def check_record(record: Any, *, now: Optional[float] = None
           'a few hundred levels)')
   if size > MAX_RECORD_BYTES:
     _fail('its size in bytes', size, f'at most {MAX_RECORD_BYTES}')
-  coordinated_id = check_id(record.get('id'))
   now = time.time() if now is None else now
-  if id_time(coordinated_id) > now + MAX_CLOCK_SKEW_S:
-    clock = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-    _fail('id', coordinated_id, f"no later than this server's clock "
-          f'({clock:%Y-%m-%dT%H:%M:%SZ}) plus {MAX_CLOCK_SKEW_S:g} s')
+  check_current_id(record.get('id'), now=now)
   for key, kind, expected in (('created_utc', str, 'a string'),
                               ('extra', dict, 'a JSON object')):
     if key in record and not isinstance(record[key], kind):

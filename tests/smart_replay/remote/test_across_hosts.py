@@ -34,13 +34,14 @@ import secrets
 import sys
 import time
 
+from smart_replay.server import control_access
 from tests.smart_replay.remote import netns
 from tests.smart_replay.remote.netns import hosts  # pylint: disable=unused-import
 
 SERVER, CLIENT, OTHER = (netns.SERVER_ADDRESS, netns.CLIENT_ADDRESS,
                          netns.OTHER_CLIENT_ADDRESS)
-TOKEN_ENV = 'SMART_REPLAY_CONTROL_TOKEN'
-TOKEN_FILE_ENV = 'SMART_REPLAY_CONTROL_TOKEN_FILE'
+TOKEN_ENV = control_access.TOKEN_ENV
+TOKEN_FILE_ENV = control_access.TOKEN_FILE_ENV
 PORT = 8000  # Each namespace has its own ports: fixed ones are free.
 SHARD_PORTS = (8000, 8010, 8020)
 ACTORS, STEPS = 3, 40
