@@ -11,7 +11,7 @@ import reverb
 from smart_replay.config import buffer as config_lib
 from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.server import local_server as server_lib
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import store as checkpoint_store
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
@@ -119,7 +119,7 @@ def measure_checkpoints(spec: Any, capacity: int, items: Dict[str, int],
     servers.pop(name).close()
     start = time.perf_counter()
     if name != 'stock':  # The manager verifies every file before loading.
-      layout.verify(path)
+      checkpoint_folders.verify(path)
     verify_seconds = time.perf_counter() - start
     with servers_lib.ServerProcess(
         spec, capacity, os.path.join(work, f'{name}_restored'),

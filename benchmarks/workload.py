@@ -19,7 +19,7 @@ import tree
 
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables as tables_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 
 TABLE = 'replay'
 SEQUENCE_LENGTH = 2
@@ -234,9 +234,9 @@ class Buffer:
     """The buffer's resolved table config (see `table_config`)."""
     return table_config(capacity, self.block_length)
 
-  def step_layout(self, spec: Any) -> packing.Layout:
-    """The buffer's `packing.Layout` for `spec`."""
-    return packing.Layout(self.layout, spec)
+  def step_layout(self, spec: Any) -> packed_steps.Layout:
+    """The buffer's `packed_steps.Layout` for `spec`."""
+    return packed_steps.Layout(self.layout, spec)
 
 
 # Packed items of 32 steps: 31 windows of 2 steps per block.

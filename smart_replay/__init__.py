@@ -50,8 +50,8 @@ _ERRORS = ('AuthenticationError', 'BufferInUseError', 'CheckpointCorruptError',
 # Public name -> the module that defines it.
 _EXPORTS = {
     **{name: 'smart_replay.errors' for name in _ERRORS},
-    'FractionSchedule': 'smart_replay.sampling.schedule',
-    'FrameStack': 'smart_replay.spec.frames',
+    'FractionSchedule': 'smart_replay.sampling.fraction_schedule',
+    'FrameStack': 'smart_replay.layouts.frame_cells',
     'ReplayInfo': 'smart_replay.sampling.dataset',
     'ReplayBufferManager': 'smart_replay.manager.facade',
     'TrajectoryObserver': 'smart_replay.writing.observer',

@@ -8,7 +8,7 @@ expected, before a server starts or a directory changes.
 from typing import Optional
 
 from smart_replay import errors
-from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import fraction_schedule as schedule_lib
 from smart_replay.spec import specs
 from smart_replay.tools import provenance
 

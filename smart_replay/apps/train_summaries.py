@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from smart_replay.integrations import summaries
-from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import fraction_schedule as schedule_lib
 
 
 def write_summaries(writer: tf.summary.SummaryWriter,

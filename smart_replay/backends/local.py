@@ -22,10 +22,10 @@ from smart_replay.config import record
 from smart_replay.config import reverb_tables
 from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.server import local_server as server_lib
-from smart_replay.spec import layouts
-from smart_replay.spec import packing
+from smart_replay import layouts
+from smart_replay.layouts import packed_steps
 from smart_replay.storage import files as checkpoint_files
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import lock as buffer_lock
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import reader as checkpoint_reader
@@ -124,7 +124,7 @@ class LocalBackend(base.Backend):
     source = os.path.abspath(source) if source else self._store.root
     inside = os.path.commonpath([source, self._store.root]) == self._store.root
     with self._locked_start():
-      candidates = layout.find_checkpoints(source)
+      candidates = checkpoint_folders.find_checkpoints(source)
       existing = [] if inside else self._store.existing_data()
       if existing and not overwrite:
         raise errors.CheckpointExistsError(
@@ -132,7 +132,7 @@ class LocalBackend(base.Backend):
             f'loading {source} into it would mix two buffers. Call '
             'load_replay_buffer() without a source to continue this buffer, '
             'or pass overwrite=True to replace it.')
-      return self._replacing(existing, lambda: layout.first_usable(
+      return self._replacing(existing, lambda: checkpoint_folders.first_usable(
           candidates, self._start_from,
           failure=f'no usable checkpoint in {source}'))
 
@@ -179,11 +179,11 @@ class LocalBackend(base.Backend):
 
   def _start_from(self, path: str) -> base.Started:
     """Verifies `path`, compares its manifest, starts and checks the server."""
-    manifest = layout.verify(path)
+    manifest = checkpoint_folders.verify(path)
     self.config = self._asked
     if not self._layout_given:  # Continue in the layout it was written in.
       self.config = dataclasses.replace(
-          self._asked, layout=packing.stored_name(manifest),
+          self._asked, layout=packed_steps.stored_name(manifest),
           frame_stack=layouts.stored_frame_stack(manifest))
       self.config.step_layout  # Raises on a layout this version lacks.
     diffs = self.config.diff(manifest)

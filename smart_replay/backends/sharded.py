@@ -21,7 +21,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.backends import base
-from smart_replay.backends import coordinated
+from smart_replay.backends import coordinated_checkpoints
 from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
@@ -140,7 +140,7 @@ class ShardedBackend(base.Backend):
                  flush: Callable[[], None],
                  starter: Optional[Dict[str, Any]] = None) -> str:
     """Flushes the observers, then writes one coordinated checkpoint of every
-    shard (`coordinated.save`).
+    shard (`coordinated_checkpoints.save`).
 
     Args:
       extra: user metadata, kept with every shard's checkpoint.
@@ -157,17 +157,17 @@ class ShardedBackend(base.Backend):
         (names it); the coordinated checkpoint is then ignored by restores.
     """
     del counts, starter  # The servers count what they save.
-    if extra and coordinated.EXTRA_KEY in extra:
-      raise ValueError(f'extra may not hold the key {coordinated.EXTRA_KEY!r}'
+    if extra and coordinated_checkpoints.EXTRA_KEY in extra:
+      raise ValueError(f'extra may not hold the key {coordinated_checkpoints.EXTRA_KEY!r}'
                        f' (the coordinated id goes there), got {extra!r}.')
     flush()
-    record = coordinated.save(self._call, self.addresses, extra=extra)
+    record = coordinated_checkpoints.save(self._call, self.addresses, extra=extra)
     return '\n'.join([f'coordinated {record["id"]}'] + [
         f'{shard["address"]} {shard["path"]}' for shard in record['shards']])
 
   def load(self, source: Optional[str], *, overwrite: bool) -> base.Started:
     """Connects, then brings every shard back to one coordinated checkpoint
-    (`coordinated.restore`); each shard restores in place, so connected
+    (`coordinated_checkpoints.restore`); each shard restores in place, so connected
     writers see a restart and count what they lose.
 
     Args:
@@ -176,7 +176,7 @@ class ShardedBackend(base.Backend):
 
     Returns:
       What was started; `loaded` is `{'path': 'coordinated <id>',
-      'manifest': the whole buffer's counts (`coordinated.as_manifest`)}`.
+      'manifest': the whole buffer's counts (`coordinated_checkpoints.as_manifest`)}`.
 
     Raises:
       ValueError: if `overwrite` is True.
@@ -190,7 +190,7 @@ class ShardedBackend(base.Backend):
                        "on_existing='overwrite' to empty them.")
     self.connect()
     try:
-      record = coordinated.restore(self._call, self.addresses, source)
+      record = coordinated_checkpoints.restore(self._call, self.addresses, source)
     finally:
       self.stop()
     # Each shard's Reverb server restarted in place: connect again, so that
@@ -199,7 +199,7 @@ class ShardedBackend(base.Backend):
     started = self.connect()
     return dataclasses.replace(started, loaded={
         'path': f'coordinated {record["id"]}',
-        'manifest': coordinated.as_manifest(record)})
+        'manifest': coordinated_checkpoints.as_manifest(record)})
 
   def _call(self, shard: int, method: str, args: Dict[str, Any]) -> Any:
     """Calls a control method on shard `shard`."""

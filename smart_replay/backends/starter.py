@@ -30,7 +30,7 @@ from smart_replay.config import buffer as config_lib
 from smart_replay.config import record
 from smart_replay.config import reverb_tables
 from smart_replay.server import local_server as server_lib
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
 
 MANIFEST_KEY = 'starter'  # Where a run's manifest holds the reference.
@@ -79,13 +79,13 @@ class StarterSource:
     self._connect_timeout_s = connect_timeout_s
     self._allow_version_mismatch = allow_version_mismatch
     self._server = self.client = None
-    candidates = layout.find_checkpoints(self.source)
+    candidates = checkpoint_folders.find_checkpoints(self.source)
     if expected_fingerprint is not None:
       candidates = _with_fingerprint(candidates, expected_fingerprint,
                                      self.source)
     self._root = tempfile.mkdtemp(prefix='smart_replay_starter_')
     try:
-      self.path, self.manifest = layout.first_usable(
+      self.path, self.manifest = checkpoint_folders.first_usable(
           candidates, self._open,
           failure=f'no usable starter checkpoint in {self.source}')
     except BaseException:
@@ -97,7 +97,7 @@ class StarterSource:
                  self.table.name, self.client.server_address)
 
   def _open(self, path: str):
-    manifest = layout.verify(path)
+    manifest = checkpoint_folders.verify(path)
     diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
     if diffs and not self._allow_version_mismatch:
       raise errors.ManifestMismatchError(
@@ -199,7 +199,7 @@ def _with_fingerprint(candidates: List[str], wanted: str, source: str
   found, matching = [], []
   for path in candidates:
     try:
-      got = fingerprint(layout.read_manifest(path))
+      got = fingerprint(checkpoint_folders.read_manifest(path))
     except errors.CheckpointCorruptError as e:
       found.append(f'{os.path.basename(path)}: unreadable ({e})')
       continue

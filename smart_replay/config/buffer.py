@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from smart_replay.config import record
 from smart_replay.config import tables as tables_lib
-from smart_replay.spec import frames as frames_lib
-from smart_replay.spec import layouts
-from smart_replay.spec import packing
+from smart_replay.layouts import frame_cells
+from smart_replay import layouts
+from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
 
 Difference = Tuple[str, Any, Any]
@@ -35,9 +35,9 @@ class BufferConfig:
     stride_length: steps between item starts, likewise.
     tables: the resolved `TableConfig`s; the first is the default table.
     layout: how steps are stored: 'packed' (one byte column per step) or
-      'columns' (one Reverb column per field); see `packing.Layout`.
+      'columns' (one Reverb column per field); see `packed_steps.Layout`.
     frame_stack: the stacked pixel field stored once per frame (packed
-      layout only; see `frames`), or None.
+      layout only; see `layouts.frame_cells`), or None.
   """
   data_spec: Any
   capacity: int
@@ -45,14 +45,14 @@ class BufferConfig:
   stride_length: int
   tables: Tuple[tables_lib.TableConfig, ...]
   layout: str = 'columns'
-  frame_stack: Optional[frames_lib.FrameStack] = None
+  frame_stack: Optional[frame_cells.FrameStack] = None
 
   @classmethod
   def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
               stride_length: int,
               table_configs: Sequence[tables_lib.TableConfig],
               layout: Optional[str] = None,
-              frame_stack: Optional[frames_lib.FrameStack] = None
+              frame_stack: Optional[frame_cells.FrameStack] = None
               ) -> 'BufferConfig':
     """Fills every table config's open fields with the buffer's values.
 
@@ -62,7 +62,7 @@ class BufferConfig:
       sequence_length: the default steps per item.
       stride_length: the default stride.
       table_configs: the tables, as the user wrote them.
-      layout: 'packed' or 'columns'; None for `packing.default_layout`
+      layout: 'packed' or 'columns'; None for `packed_steps.default_layout`
         ('packed' with a `frame_stack`).
       frame_stack: a stacked pixel field to store once per frame, or None.
 
@@ -81,7 +81,7 @@ class BufferConfig:
                                         stride_length=stride_length)
                               for c in table_configs),
                  layout=layout or ('packed' if frame_stack is not None else
-                                   packing.default_layout(data_spec)),
+                                   packed_steps.default_layout(data_spec)),
                  frame_stack=frame_stack)
     config.step_layout  # Checks the layout now, before anything starts.
     for table in config.tables:
@@ -93,8 +93,8 @@ class BufferConfig:
     return config
 
   @functools.cached_property
-  def step_layout(self) -> packing.Layout:
-    """The `packing.Layout` of `layout`: what Reverb stores per step, and
+  def step_layout(self) -> packed_steps.Layout:
+    """The `packed_steps.Layout` of `layout`: what Reverb stores per step, and
     how samples and checkpoint items decode."""
     return layouts.make_layout(self.layout, self.data_spec, self.frame_stack)
 
@@ -120,7 +120,7 @@ class BufferConfig:
         sequence_length=stored['sequence_length'],
         stride_length=stored['stride_length'],
         table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
-        layout=packing.stored_name(stored),
+        layout=packed_steps.stored_name(stored),
         frame_stack=layouts.stored_frame_stack(stored))
 
   def constructor_kwargs(self) -> Dict[str, Any]:

@@ -22,8 +22,8 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import gin
 
 from smart_replay.config import tables as tables_lib
-from smart_replay.spec import frames as frames_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import frame_cells
+from smart_replay.layouts import packed_steps
 from smart_replay.spec import validation as step_validation
 from smart_replay.utils import checks
 
@@ -58,7 +58,7 @@ class BufferShape:
   stride_length: Optional[int] = None
   table_configs: Optional[Sequence[tables_lib.TableConfig]] = None
   layout: Optional[str] = None
-  frame_stack: Optional[frames_lib.FrameStack] = None
+  frame_stack: Optional[frame_cells.FrameStack] = None
 
   def __post_init__(self):
     for name in ('capacity', 'sequence_length', 'stride_length'):
@@ -73,11 +73,11 @@ class BufferShape:
       if len(set(names)) != len(names):
         raise ValueError(f'table_configs names must be unique, got {names}.')
       object.__setattr__(self, 'table_configs', configs)
-    if self.layout is not None and self.layout not in packing.LAYOUTS:
-      raise ValueError(f'layout must be one of {packing.LAYOUTS} or None, '
+    if self.layout is not None and self.layout not in packed_steps.LAYOUTS:
+      raise ValueError(f'layout must be one of {packed_steps.LAYOUTS} or None, '
                        f'got {self.layout!r}.')
     if self.frame_stack is not None and not isinstance(
-        self.frame_stack, frames_lib.FrameStack):
+        self.frame_stack, frame_cells.FrameStack):
       raise ValueError(f'frame_stack must be a smart_replay.FrameStack(field, '
                        f'axis) or None, got {self.frame_stack!r}.')
     if self.frame_stack is not None and self.layout == 'columns':

@@ -9,7 +9,7 @@ prints such a list one field per line.
 from typing import Any, List, Optional, Tuple
 
 from smart_replay.config import tables as tables_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
 
 # Fields that must match between a checkpoint and the manager that loads it.
@@ -28,7 +28,7 @@ def build_config(*, data_spec: Any, sequence_length: int, stride_length: int,
     stride_length: steps between the starts of consecutive items.
     capacity: the manager's capacity (default table size).
     table_configs: the resolved table configs.
-    layout: `packing.Layout.describe()` of the storage layout; None for
+    layout: `packed_steps.Layout.describe()` of the storage layout; None for
       one column per field (`{'name': 'columns'}`).
 
   Returns:
@@ -61,7 +61,7 @@ def diff_config(stored: dict, requested: dict) -> List[Tuple[str, Any, Any]]:
     if stored.get(field) != requested.get(field):
       diffs.append((field, stored.get(field), requested.get(field)))
   # Configs written before layouts were recorded stored one column per field.
-  layouts = [packing.stored_layout(c) for c in (stored, requested)]
+  layouts = [packed_steps.stored_layout(c) for c in (stored, requested)]
   if layouts[0]['name'] != layouts[1]['name']:
     diffs.append(('layout', layouts[0]['name'], layouts[1]['name']))
   elif layouts[0] != layouts[1] and not diffs:  # Not just another spec.

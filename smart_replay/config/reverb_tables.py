@@ -50,7 +50,7 @@ def signature(config: Any, data_spec: Any, lookback: int = 0) -> Any:
     config: a resolved table config.
     data_spec: the spec of one step.
     lookback: steps an item references before its first one (a frame-stacked
-      layout's; see `layouts.FrameStackedLayout`).
+      layout's; see `frame_stacks.FrameStackedLayout`).
 
   Returns:
     A nest of `tf.TensorSpec` with an outer time dimension: `sequence_length`

@@ -21,7 +21,7 @@ from tf_agents.train import interval_trigger
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
 from smart_replay.storage import durable
-from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import checkpoint_folders as checkpoints_lib
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.utils import checks
 

@@ -18,7 +18,7 @@ import gin
 from smart_replay import backends
 from smart_replay import errors
 from smart_replay.config import options as options_lib
-from smart_replay.manager import arguments
+from smart_replay.manager import manager_options
 from smart_replay.manager import reporting
 from smart_replay.manager import sampling
 from smart_replay.manager import serving
@@ -121,7 +121,7 @@ class ReplayBufferManager:
                writes: Optional[options_lib.WriteOptions] = None,
                timeouts: Optional[options_lib.Timeouts] = None,
                **options: Any):
-    self._options = opts = arguments.group_options(
+    self._options = opts = manager_options.group_options(
         data_spec, shape=shape, location=location, writes=writes,
         timeouts=timeouts, capacity=capacity, checkpoint_dir=checkpoint_dir,
         sequence_length=sequence_length, **options)
@@ -155,7 +155,7 @@ class ReplayBufferManager:
       CheckpointNotFoundError: if there is no checkpoint at `source`.
       CheckpointCorruptError: if no checkpoint there has a readable manifest.
     """
-    return cls(**arguments.from_checkpoint_arguments(source, checkpoint_dir,
+    return cls(**manager_options.from_checkpoint_arguments(source, checkpoint_dir,
                                                       kwargs))
 
   # ----------------------------------------------------------------- start-up
@@ -302,7 +302,7 @@ class ReplayBufferManager:
   data_spec = _read(lambda m: m._options.data_spec,
                     'The spec of one step this buffer stores.')
   options = _read(lambda m: m._options, """The checked options
-      (`arguments.ManagerOptions`: shape, location, writes, timeouts).""")
+      (`manager_options.ManagerOptions`: shape, location, writes, timeouts).""")
   loaded_manifest = _read(
       lambda m: m._state.loaded and m._state.loaded['manifest'],
       """The manifest of the checkpoint `load_replay_buffer` restored, or

@@ -11,13 +11,13 @@ import numpy as np
 
 from smart_replay import errors
 from smart_replay.backends import base as backend_lib
-from smart_replay.manager import arguments
+from smart_replay.manager import manager_options
 from smart_replay.manager import state as state_lib
 from smart_replay.sampling import epochs
 from smart_replay.server import local_server as server_lib
 from smart_replay.server import stats as stats_lib
 from smart_replay.utils import checks
-from smart_replay.writing import blocks
+from smart_replay.layouts import packed_items
 
 
 class Reporting:
@@ -30,7 +30,7 @@ class Reporting:
   """
 
   def __init__(self, state: state_lib.State,
-               options: arguments.ManagerOptions, backend: backend_lib.Backend):
+               options: manager_options.ManagerOptions, backend: backend_lib.Backend):
     self._state, self._options, self._backend = state, options, backend
 
   def _running(self) -> state_lib.Running:
@@ -194,7 +194,7 @@ class Reporting:
     items = self._backend.snapshot_items(
         config.name, pause=lambda: self._state.paused(flush=True))
     if config.block_length is not None:  # Every window of every block.
-      items = blocks.window_items(items, config.sequence_length)
+      items = packed_items.window_items(items, config.sequence_length)
     return epochs.batches(items,
                           self._options.data_spec, table=config.name,
                           batch_size=batch_size, seed=seed,

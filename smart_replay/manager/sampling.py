@@ -13,12 +13,12 @@ from smart_replay import errors
 from smart_replay.config import limiter
 from smart_replay.backends import base as backend_lib
 from smart_replay.config import buffer as config_lib
-from smart_replay.manager import arguments
+from smart_replay.manager import manager_options
 from smart_replay.manager import state as state_lib
 from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import mixing as mix_lib
 from smart_replay.sampling import priorities as priorities_lib
-from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import fraction_schedule as schedule_lib
 from smart_replay.sampling import shards as shards_lib
 from smart_replay.utils import checks
 
@@ -33,7 +33,7 @@ class Sampling:
   """
 
   def __init__(self, state: state_lib.State,
-               options: arguments.ManagerOptions, backend: backend_lib.Backend):
+               options: manager_options.ManagerOptions, backend: backend_lib.Backend):
     self._state, self._options, self._backend = state, options, backend
 
   def _running(self) -> state_lib.Running:

@@ -16,7 +16,7 @@ import tensorflow as tf
 from smart_replay import errors
 from smart_replay.backends import base as backend_lib
 from smart_replay.backends import starter as starter_lib
-from smart_replay.manager import arguments
+from smart_replay.manager import manager_options
 from smart_replay.manager import state as state_lib
 from smart_replay.sampling import replay_buffer as replay_buffer_lib
 from smart_replay.server import checkpointer as checkpointer_lib
@@ -40,7 +40,7 @@ class Serving:
   """
 
   def __init__(self, state: state_lib.State,
-               options: arguments.ManagerOptions, backend: backend_lib.Backend,
+               options: manager_options.ManagerOptions, backend: backend_lib.Backend,
                *, checkpoint: Callable[[], str],
                make_dataset: Callable[..., tf.data.Dataset]):
     self._state, self._options, self._backend = state, options, backend

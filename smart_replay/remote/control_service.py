@@ -13,14 +13,14 @@ from typing import Any, Callable, ContextManager, Dict, Optional
 
 from absl import logging
 
-from smart_replay.remote import coordination
+from smart_replay.remote import shard_checkpoints
 from smart_replay.remote import handlers
 from smart_replay.remote import status
 from smart_replay.server import control as control_lib
 from smart_replay.server import control_access
 
 
-def serve_control(shard: coordination.Shard, *, instance: Dict[str, Any],
+def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
                   checkpoint: Callable[..., str],
                   exclusive: Callable[[], ContextManager[Any]],
                   access: control_access.ControlAccess,
@@ -49,7 +49,7 @@ def serve_control(shard: coordination.Shard, *, instance: Dict[str, Any],
       {**handlers.control_handlers(lambda: shard.manager, instance=instance,
                                    checkpoint=checkpoint,
                                    exclusive=exclusive),
-       **coordination.coordination_handlers(shard)},
+       **shard_checkpoints.coordination_handlers(shard)},
       port=port or control_lib.default_control_port(reverb_port),
       access=access, token=token, slow=handlers.SLOW_METHODS,
       redact=None if token else functools.partial(

@@ -16,7 +16,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
 from smart_replay.server import control as control_lib
-from smart_replay.storage import coordinated
+from smart_replay.storage import coordinated_records
 
 # The largest `extra` a client may store in a manifest (its JSON).
 MAX_EXTRA_BYTES = 64 << 10
@@ -54,7 +54,7 @@ def client_extra(request: Dict[str, Any]) -> Dict[str, Any]:
   if size > MAX_EXTRA_BYTES:
     raise ValueError(f'extra must be at most {MAX_EXTRA_BYTES} bytes of '
                      f'JSON, got {size}.')
-  reserved = {coordinated.EXTRA_KEY, coordinated.REQUESTED_KEY} & set(extra)
+  reserved = {coordinated_records.EXTRA_KEY, coordinated_records.REQUESTED_KEY} & set(extra)
   if reserved:
     raise ValueError(f'extra must not set {sorted(reserved)}: the server '
                      'sets those keys itself.')

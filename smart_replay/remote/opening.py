@@ -16,9 +16,9 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.config import record
 from smart_replay.manager import facade as manager_lib
-from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import checkpoint_schedule as schedule_lib
 from smart_replay.remote import serving_record
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 
 
 def open_buffer(manager: manager_lib.ReplayBufferManager, *,
@@ -63,7 +63,7 @@ def check_reloadable(manager: manager_lib.ReplayBufferManager,
                      path: str) -> str:
   """Verifies, without touching the served buffer, that it can restart
   from `path`: one of its own checkpoints (resolved with `realpath`, inside
-  its `checkpoints/` folder), complete and unchanged (`layout.verify`), of
+  its `checkpoints/` folder), complete and unchanged (`checkpoint_folders.verify`), of
   the served configuration.
 
   Args:
@@ -86,7 +86,7 @@ def check_reloadable(manager: manager_lib.ReplayBufferManager,
     raise errors.CheckpointNotFoundError(
         f'{path} is not one of the checkpoints of this buffer (its '
         f'checkpoints/ folder holds {names}); nothing was changed.')
-  manifest = layout.verify(resolved)
+  manifest = checkpoint_folders.verify(resolved)
   diffs = record.diff_config(manifest, manager.buffer_config)
   if diffs:
     raise errors.ManifestMismatchError(

@@ -24,7 +24,7 @@ from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import control_service
 from smart_replay.remote import opening
 from smart_replay.remote import requests
-from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import checkpoint_schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
 from smart_replay.server import control as control_lib

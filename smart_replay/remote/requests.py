@@ -7,7 +7,7 @@ request that arrives while a save runs joins the next save of the same
 `extra` (the first such request leads it; the others wait for its result),
 which begins once the running save ends. A flood of requests then costs one
 save per distinct `extra` at a time, not one per request. Their manifests
-carry `coordinated.REQUESTED_KEY`, which puts them in a retention group of
+carry `coordinated_records.REQUESTED_KEY`, which puts them in a retention group of
 their own: client requests never prune the checkpoints the server made.
 """
 
@@ -16,7 +16,7 @@ import json
 import threading
 from typing import Any, Callable, ContextManager, Dict
 
-from smart_replay.storage import coordinated
+from smart_replay.storage import coordinated_records
 
 
 class CheckpointRequests:
@@ -60,7 +60,7 @@ class CheckpointRequests:
       with self._lock:
         del self._rounds[key]  # Requests from now on make the next round.
       try:
-        path = self._save({**extra, coordinated.REQUESTED_KEY: True})
+        path = self._save({**extra, coordinated_records.REQUESTED_KEY: True})
       except BaseException as e:
         waiting.set_exception(e)
         raise

@@ -8,7 +8,7 @@ whether scheduled checkpoints fail.
 
 from typing import Any, Dict, Optional
 
-from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import checkpoint_schedule as schedule_lib
 
 def security_warning(*, port: int, control_host: str, control_port: int,
                      access: str) -> str:

@@ -19,6 +19,6 @@ annealed fraction::
 
 from smart_replay.backends.starter import fingerprint
 from smart_replay.backends.starter import StarterSource
-from smart_replay.sampling.schedule import FractionSchedule
+from smart_replay.sampling.fraction_schedule import FractionSchedule
 
 __all__ = ['FractionSchedule', 'StarterSource', 'fingerprint']

@@ -26,7 +26,7 @@ from smart_replay import errors
 from smart_replay.sampling import items
 from smart_replay.server import local_server as server_lib
 from smart_replay.utils import checks
-from smart_replay.writing import blocks as blocks_lib
+from smart_replay.layouts import packed_items
 
 
 def _timeout_message(client: reverb.Client, table: str, timeout_s: float
@@ -272,14 +272,14 @@ def make_dataset(client: reverb.Client, *, table: str, data_spec: Any,
     # Per-item work is what limits sampling speed, so fixed-length items go
     # straight into the batch; everything else happens once per batch.
     if blocks is not None and cut_block is not None:  # Blobs of frames.
-      dataset = dataset.map(blocks_lib.cut_blob_windows(
+      dataset = dataset.map(packed_items.cut_blob_windows(
           sequence_length, blocks[1], blocks[0], cut_block),
                             num_parallel_calls=2).unbatch()
       dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     elif blocks is not None:  # Enough blocks, then every window in one op.
       dataset = dataset.batch(-(-batch_size // blocks[1]),
                               drop_remainder=drop_remainder)
-      dataset = dataset.map(blocks_lib.cut_windows(
+      dataset = dataset.map(packed_items.cut_windows(
           sequence_length, blocks[1], batch_size))
     elif variable_length:
       dataset = dataset.map(pad)

@@ -26,7 +26,7 @@ import tensorflow as tf
 from smart_replay.config import mixable
 from smart_replay.sampling import dataset as dataset_lib
 from smart_replay.sampling import items as items_lib
-from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import fraction_schedule as schedule_lib
 from smart_replay.spec import specs
 from smart_replay.utils import checks
 

@@ -1,8 +1,8 @@
-"""What one step is: its spec, how it is validated, packed and encoded.
+"""What one step is: its spec and how it is validated.
 
-The bottom of the data flow (spec -> config -> storage -> server -> writing
--> sampling -> manager): `specs` (spec <-> JSON), `structure` and
-`validation`/`value_checks` (a step against the spec), `packing` (a step as
-one row of bytes), `frames`/`frame_stacks`/`layouts` (pixel frames stored
-once and rebuilt in the graph).
+The bottom of the data flow (spec -> layouts -> config -> storage -> server
+-> backends -> writing -> sampling -> manager): `specs` (spec <-> JSON,
+signatures), `structure` (a nest's containers against the spec's) and
+`validation`/`value_checks` (a step against the spec). How a step is stored
+in Reverb is `smart_replay.layouts`.
 """

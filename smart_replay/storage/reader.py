@@ -12,7 +12,7 @@ decodes them with Reverb's own protos.
 `CheckpointReader(path).items(table)` yields every item of a table once, in
 insertion order; `.pieces(table)` rebuilds the steps those items hold, as
 runs of consecutive steps of one episode. Given the buffer's
-`packing.Layout`, it decodes packed steps, so items always hold one column
+`packed_steps.Layout`, it decodes packed steps, so items always hold one column
 per field of the spec.
 """
 
@@ -28,8 +28,8 @@ import tree
 
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay import errors
-from smart_replay.spec import layouts
-from smart_replay.spec import packing
+from smart_replay import layouts
+from smart_replay.layouts import packed_steps
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.utils import progress_log
@@ -96,7 +96,7 @@ class CheckpointReader:
 
   Args:
     path: a checkpoint folder (`ckpt-N`, or Reverb's timestamped folder).
-    layout: how the buffer stored its steps (`packing.Layout`); None reads
+    layout: how the buffer stored its steps (`packed_steps.Layout`); None reads
       it from the folder's `manifest.json` (a `ckpt-N` folder), and reads
       the columns as Reverb stores them if there is none (e.g. a throwaway
       snapshot: pass its buffer's layout).
@@ -106,7 +106,7 @@ class CheckpointReader:
       read; names the folder and the problem.
   """
 
-  def __init__(self, path: str, layout: Optional[packing.Layout] = None):
+  def __init__(self, path: str, layout: Optional[packed_steps.Layout] = None):
     manifest_path = os.path.join(path, manifest_lib.MANIFEST_NAME)
     if layout is None and os.path.exists(manifest_path):
       try:

@@ -1,7 +1,7 @@
 """Writing a buffer's checkpoints: a commit that survives a kill at any instant.
 
 `CheckpointStore` owns the write side of the layout described in
-`smart_replay.storage.layout`: it turns the folder Reverb wrote into a numbered,
+`smart_replay.storage.checkpoint_folders`: it turns the folder Reverb wrote into a numbered,
 fingerprinted, fsynced checkpoint (`commit`), recognises and cleans up what an
 interrupted save left (`recover`, run at every start and before every save),
 keeps the newest K checkpoints that verify (`prune`), and sets old data aside
@@ -17,10 +17,10 @@ from typing import Callable, List, Tuple
 from absl import logging
 
 from smart_replay import errors
-from smart_replay.storage import coordinated
+from smart_replay.storage import coordinated_records
 from smart_replay.storage import durable
 from smart_replay.storage import files as checkpoint_files
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.utils import checks
 
@@ -53,20 +53,20 @@ class CheckpointStore:
   @property
   def reverb_root(self) -> str:
     """Reverb's own checkpoint root; empty between saves."""
-    return os.path.join(self.root, layout.REVERB_DIR)
+    return os.path.join(self.root, checkpoint_folders.REVERB_DIR)
 
   @property
   def checkpoints_dir(self) -> str:
     """The folder holding the complete `ckpt-N` checkpoints."""
-    return os.path.join(self.root, layout.CHECKPOINTS_DIR)
+    return os.path.join(self.root, checkpoint_folders.CHECKPOINTS_DIR)
 
   def checkpoints(self) -> List[str]:
     """Returns the `ckpt-N` folders, oldest first (complete or not)."""
     if not os.path.isdir(self.checkpoints_dir):
       return []
-    numbered = sorted((layout.checkpoint_number(n), n)
+    numbered = sorted((checkpoint_folders.checkpoint_number(n), n)
                       for n in os.listdir(self.checkpoints_dir)
-                      if layout.checkpoint_number(n) is not None)
+                      if checkpoint_folders.checkpoint_number(n) is not None)
     return [os.path.join(self.checkpoints_dir, n) for _, n in numbered]
 
   def existing_data(self) -> List[str]:
@@ -100,7 +100,7 @@ class CheckpointStore:
       FileExistsError: if a `.replaced/` folder from an earlier interrupted
         overwrite is still there (inspect it, then delete it).
     """
-    aside = os.path.join(self.root, layout.REPLACED_DIR)
+    aside = os.path.join(self.root, checkpoint_folders.REPLACED_DIR)
     if os.path.exists(aside):
       raise FileExistsError(
           f'{aside} holds data set aside by an interrupted overwrite; move or '
@@ -122,7 +122,7 @@ class CheckpointStore:
     for original, moved_to in reversed(moves):
       os.makedirs(os.path.dirname(original), exist_ok=True)
       os.replace(moved_to, original)
-    shutil.rmtree(os.path.join(self.root, layout.REPLACED_DIR),
+    shutil.rmtree(os.path.join(self.root, checkpoint_folders.REPLACED_DIR),
                   ignore_errors=True)
 
   def discard_set_aside(self, moves: List[Tuple[str, str]]) -> None:
@@ -134,7 +134,7 @@ class CheckpointStore:
     if moves:
       logging.warning('overwrite=True: deleted the previous buffer data: %s',
                       [original for original, _ in moves])
-    shutil.rmtree(os.path.join(self.root, layout.REPLACED_DIR),
+    shutil.rmtree(os.path.join(self.root, checkpoint_folders.REPLACED_DIR),
                   ignore_errors=True)
 
   def prepare_reverb_root(self) -> str:
@@ -192,16 +192,16 @@ class CheckpointStore:
     """Adopts, sets aside or removes one interrupted commit."""
     name = os.path.basename(path)[len(_INCOMING):]
     try:
-      layout.verify(path)
+      checkpoint_folders.verify(path)
     except errors.CheckpointCorruptError as e:
       durable.remove_tree(path)
       logging.warning('Removed %s: a commit interrupted before its manifest '
                       'was complete (%s).', path, e)
       return f'removed {path}'
     newest = self.checkpoints()
-    number = layout.checkpoint_number(name)
+    number = checkpoint_folders.checkpoint_number(name)
     if number is not None and (
-        not newest or number > layout.checkpoint_number(newest[-1])):
+        not newest or number > checkpoint_folders.checkpoint_number(newest[-1])):
       final = os.path.join(self.checkpoints_dir, name)
       os.replace(path, final)
       durable.fsync_dir(self.checkpoints_dir)
@@ -252,9 +252,9 @@ class CheckpointStore:
       durable.fsync_tree(reverb_path)
       os.makedirs(self.checkpoints_dir, exist_ok=True)
       existing = self.checkpoints()
-      number = (layout.checkpoint_number(existing[-1]) + 1
+      number = (checkpoint_folders.checkpoint_number(existing[-1]) + 1
                 if existing else 1)
-      name = layout.checkpoint_name(number)
+      name = checkpoint_folders.checkpoint_name(number)
       incoming = os.path.join(self.checkpoints_dir, _INCOMING + name)
       os.replace(reverb_path, incoming)
       durable.fsync_dir(self.checkpoints_dir)
@@ -306,7 +306,7 @@ class CheckpointStore:
     if fingerprint is not None and self._good.get(path) == fingerprint:
       return True
     try:
-      layout.verify(path)
+      checkpoint_folders.verify(path)
     except errors.CheckpointCorruptError:
       return False
     self._good[path] = fingerprint
@@ -314,7 +314,7 @@ class CheckpointStore:
 
   def prune(self) -> None:
     """Keeps the newest `keep` checkpoints that verify in each retention
-    group (`coordinated.retention_group`): the buffer's own, coordinated
+    group (`coordinated_records.retention_group`): the buffer's own, coordinated
     ones, and those clients asked for over the network, so that a flood of
     client requests never prunes a checkpoint the server made.
 
@@ -332,7 +332,7 @@ class CheckpointStore:
         durable.set_aside(self.root, path, reason='it does not verify')
         self._good.pop(path, None)
         continue
-      group = coordinated.retention_group(layout.read_manifest(path))
+      group = coordinated_records.retention_group(checkpoint_folders.read_manifest(path))
       if kept.get(group, 0) < self.keep:
         kept[group] = kept.get(group, 0) + 1
       else:

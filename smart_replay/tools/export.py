@@ -25,7 +25,7 @@ from tf_agents.trajectories import time_step as ts
 
 from smart_replay import errors
 from smart_replay.spec import specs
-from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import checkpoint_folders as checkpoints_lib
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import reader as checkpoint_reader
 

@@ -18,9 +18,9 @@ from smart_replay.backends import starter as starter_lib
 from smart_replay.server import control as control_lib
 from smart_replay.server import control_access
 from smart_replay.server import local_server as server_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
-from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import checkpoint_folders as checkpoints_lib
 from smart_replay.tools import provenance as provenance_lib
 from smart_replay.utils import progress_log
 from smart_replay.writing import counters
@@ -162,8 +162,8 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
   return {'source': os.path.abspath(source),
           'checkpoint': newest['path'],
           'tables': tables, 'spec': _spec(manifest['data_spec']),
-          'layout': packing.stored_name(manifest),
-          'frame_stack': packing.stored_layout(manifest).get('frame_stack'),
+          'layout': packed_steps.stored_name(manifest),
+          'frame_stack': packed_steps.stored_layout(manifest).get('frame_stack'),
           'sequence_length': manifest['sequence_length'],
           'stride_length': manifest['stride_length'],
           'capacity': manifest['capacity'],
@@ -245,8 +245,8 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
         'max_times_sampled': live.max_times_sampled}
   return {'source': address, 'checkpoint': None, 'tables': tables,
           'spec': _spec(config['data_spec']),
-          'layout': packing.stored_name(config),
-          'frame_stack': packing.stored_layout(config).get('frame_stack'),
+          'layout': packed_steps.stored_name(config),
+          'frame_stack': packed_steps.stored_layout(config).get('frame_stack'),
           'sequence_length': config['sequence_length'],
           'stride_length': config['stride_length'],
           'capacity': config['capacity'], 'env_steps': None,

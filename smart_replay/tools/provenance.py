@@ -25,7 +25,7 @@ from absl import logging
 
 from smart_replay.manager import facade as manager_lib
 from smart_replay.spec import specs
-from smart_replay.storage import layout as checkpoints_lib
+from smart_replay.storage import checkpoint_folders as checkpoints_lib
 from smart_replay.storage import manifest as manifest_lib
 
 PROVENANCE_NAME = 'provenance.json'

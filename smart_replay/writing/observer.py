@@ -11,8 +11,8 @@ store (`num_lost_steps`, `num_lost_items`).
 
 The work is split: `planner.StreamPlan` decides which items each step
 completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
-`packing.Layout` turns a step's fields into Reverb columns, and
-`blocks.BlockWriter` writes the tables of packed items.
+`packed_steps.Layout` turns a step's fields into Reverb columns, and
+`block_writer.BlockWriter` writes the tables of packed items.
 """
 
 import os
@@ -25,11 +25,11 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables as tables_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
 from smart_replay.spec import validation as step_validation
 from smart_replay.writing import arguments
-from smart_replay.writing import blocks as blocks_lib
+from smart_replay.writing import block_writer
 from smart_replay.writing import chunking
 from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
@@ -47,7 +47,7 @@ class TrajectoryObserver:
   arriving mid-episode (e.g. a new `Actor`). Shorter episodes give no item
   (counted in `num_short_episodes`). Episode tables get one item per
   episode (see `TableConfig` for episodes longer than `episode_length`).
-  Tables of packed items get blocks of steps (`blocks.BlockWriter`).
+  Tables of packed items get blocks of steps (`block_writer.BlockWriter`).
 
   Use it as an `Actor` observer: a callable with `flush()` and `close()`.
 
@@ -97,8 +97,8 @@ class TrajectoryObserver:
       for the server and it answered again, and after each `flush()` (the
       client-mode manager checks whether the server was restarted and calls
       `count_restart_loss`, so a restart no write waited for is counted too).
-    layout: how a step's fields become Reverb columns (`packing.Layout`, or
-      `layouts.FrameStackedLayout`, whose `step_spec` made the tables).
+    layout: how a step's fields become Reverb columns (`packed_steps.Layout`, or
+      `frame_stacks.FrameStackedLayout`, whose `step_spec` made the tables).
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -121,7 +121,7 @@ class TrajectoryObserver:
                float_bounds: str = 'warn',
                check_server: Optional[
                    Callable[['TrajectoryObserver'], None]] = None,
-               layout: Optional[packing.Layout] = None):
+               layout: Optional[packed_steps.Layout] = None):
     arguments.check_observer_arguments(
         tables, num_envs=num_envs, priority=priority, timeout_s=timeout_s,
         reconnect_timeout_s=reconnect_timeout_s, chunk_length=chunk_length)
@@ -140,7 +140,7 @@ class TrajectoryObserver:
     paths = [leaf.path for leaf in specs.flatten_spec(data_spec)]
     self._step_type = paths.index('step_type')
     self._num_envs = num_envs
-    self._layout = layout or packing.Layout('columns', data_spec)
+    self._layout = layout or packed_steps.Layout('columns', data_spec)
     self.chunk_length = chunk_length or chunking.auto_chunk_length(
         self._layout.step_spec)
     lookback = self._layout.lookback  # Cells before an item's first step.
@@ -176,7 +176,7 @@ class TrajectoryObserver:
       out.on_restart = plan.restart
       self._streams.append((plan, out))
     block_tables = [t for t in tables if t.block_length is not None]
-    self._blocks = block_tables and blocks_lib.BlockWriter(
+    self._blocks = block_tables and block_writer.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
         num_streams=num_envs or 1, cells=self._layout.cells)
     self._closed = False

@@ -5,7 +5,7 @@ from typing import Callable, Dict, List, Optional
 
 import reverb
 
-from smart_replay.spec import frames as frames_lib
+from smart_replay.layouts import frame_cells
 from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
 
@@ -30,7 +30,7 @@ class WriterSettings:
     on_reconnect: called with no argument after the server came back while
       a write waited, or None.
     num_columns: fields of a step.
-    cells: a frame-stacked layout's `frames.Cells`: each step is then
+    cells: a frame-stacked layout's `frame_cells.Cells`: each step is then
       `[row, frames]`, written as one cell with the frames new in it, and
       items reference `cells.lookback` cells before their first step; None
       for other layouts.
@@ -46,7 +46,7 @@ class WriterSettings:
   confirmations: confirmations_lib.ConfirmationLog
   on_reconnect: Optional[Callable[[], None]]
   num_columns: int
-  cells: Optional[frames_lib.Cells] = None
+  cells: Optional[frame_cells.Cells] = None
 
   @property
   def table_names(self) -> List[str]:

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import smart_replay
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))

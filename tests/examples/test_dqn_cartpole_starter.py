@@ -2,7 +2,7 @@
 
 import os
 
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from tests.examples import example_runner
 
 

@@ -1,6 +1,6 @@
 """examples/remote_actors.py: a server, two actor processes and a learner."""
 
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from tests.examples import example_runner
 
 

@@ -9,7 +9,7 @@ from tf_agents.environments import py_environment
 from smart_replay.apps.envs import atari_env
 from smart_replay.apps.envs import gymnasium_env
 from smart_replay.apps.envs import thermal
-from smart_replay.spec import frames
+from smart_replay.layouts import frame_cells
 
 THERMAL = 'thermal'
 GYM_PREFIX = 'gym:'
@@ -17,7 +17,7 @@ GYMNASIUM_PREFIX = 'gymnasium:'
 ATARI_PREFIX = 'atari:'
 
 
-def frame_stack_of(name: str) -> Optional[frames.FrameStack]:
+def frame_stack_of(name: str) -> Optional[frame_cells.FrameStack]:
   """The frame stack a buffer of environment `name` stores once per frame.
 
   Args:
@@ -28,7 +28,7 @@ def frame_stack_of(name: str) -> Optional[frames.FrameStack]:
     frames, oldest first), else None.
   """
   if name.startswith(ATARI_PREFIX):
-    return frames.FrameStack('observation', axis=0)
+    return frame_cells.FrameStack('observation', axis=0)
   return None
 
 

@@ -10,7 +10,7 @@ from tf_agents.policies import random_py_policy
 
 from smart_replay.apps.envs import thermal
 from smart_replay.apps.policies import cartpole
-from smart_replay.apps.policies import schedule
+from smart_replay.apps.policies import thermostat
 from smart_replay.spec import specs
 
 SAVED_PREFIX = 'saved:'
@@ -102,7 +102,7 @@ def make_policy(kind: str = 'baseline', *, env: py_environment.PyEnvironment,
     if not thermal_env:
       raise ValueError(f"policy 'schedule' needs the thermal environment, not "
                        f'{type(env).__name__}.')
-    return schedule.SchedulePolicy(env.time_step_spec(), env.action_spec())
+    return thermostat.SchedulePolicy(env.time_step_spec(), env.action_spec())
   if kind == 'scripted':
     gym_id = _gym_id(env)
     if gym_id not in SCRIPTED:

@@ -9,7 +9,7 @@ import pytest
 
 import smart_replay
 from smart_replay.apps import populate
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 
 
 def _populate(tmp_path, **kwargs):

@@ -13,7 +13,7 @@ import smart_replay
 from smart_replay.apps import populate
 from smart_replay.apps import training
 from smart_replay.apps.envs import factory
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from tests import testing
 
 

@@ -9,7 +9,7 @@ import pytest
 import smart_replay
 from smart_replay.apps import experiment_report
 from smart_replay.apps import training
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from tests import testing
 from tests.smart_replay.apps import test_training
 

@@ -13,7 +13,7 @@ import queue
 import pytest
 
 import smart_replay
-from smart_replay.backends import coordinated
+from smart_replay.backends import coordinated_checkpoints
 from smart_replay.storage import store as checkpoint_store
 from tests import testing
 from tests.smart_replay.remote import in_process_shards
@@ -139,7 +139,7 @@ def test_a_shard_that_fails_its_save_leaves_a_checkpoint_restores_ignore(
   restorer.load_replay_buffer()
   assert restorer.loaded_checkpoint == first
   assert _sizes(servers) == _recorded_sizes(
-      restorer.loaded_manifest[coordinated.EXTRA_KEY])
+      restorer.loaded_manifest[coordinated_checkpoints.EXTRA_KEY])
   restorer.close()
 
 
@@ -168,7 +168,7 @@ def _save_and_die(addresses, step):
   return messages[-1]
 
 
-@pytest.mark.parametrize('step', coordinated.STEPS)
+@pytest.mark.parametrize('step', coordinated_checkpoints.STEPS)
 def test_a_learner_killed_at_each_step_of_a_save_restores_one_checkpoint(
     shards, data_spec, step):
   addresses, servers = _three(shards)
@@ -185,10 +185,10 @@ def test_a_learner_killed_at_each_step_of_a_save_restores_one_checkpoint(
       data_spec=data_spec, server_address=addresses)
   restorer.load_replay_buffer()
   try:
-    complete = step == coordinated.STEPS[-1]
+    complete = step == coordinated_checkpoints.STEPS[-1]
     assert (restorer.loaded_checkpoint == before) != complete
     assert _sizes(servers) == (grown if complete else saved)
     assert _sizes(servers) == _recorded_sizes(
-        restorer.loaded_manifest[coordinated.EXTRA_KEY])
+        restorer.loaded_manifest[coordinated_checkpoints.EXTRA_KEY])
   finally:
     restorer.close()

@@ -6,7 +6,7 @@ import pytest
 
 from smart_replay.config import buffer as config_lib
 from smart_replay.config import tables
-from smart_replay.manager import arguments
+from smart_replay.manager import manager_options
 
 pytestmark = pytest.mark.unit
 
@@ -111,7 +111,7 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused_by_the_constructor(
   path.write_text('mine')
   with pytest.raises(ValueError, match=r"checkpoint_dir '.*notes.txt' is an "
                      'existing file, not a directory'):
-    arguments.group_options(data_spec, capacity=10, checkpoint_dir=str(path))
+    manager_options.group_options(data_spec, capacity=10, checkpoint_dir=str(path))
   assert path.read_text() == 'mine'
 
 
@@ -137,4 +137,4 @@ def test_manager_argument_checks_name_the_argument(data_spec, kwargs,
   args = dict(capacity=10, checkpoint_dir='/tmp/x')
   args.update(kwargs)
   with pytest.raises(ValueError, match=message):
-    arguments.group_options(data_spec, **args)
+    manager_options.group_options(data_spec, **args)

@@ -15,10 +15,10 @@ import tree
 import smart_replay
 from smart_replay.config import tables
 from smart_replay.server import local_server as server_lib
-from smart_replay.spec import layouts
+from smart_replay import layouts
 from smart_replay.spec import specs
 from smart_replay.storage import files as checkpoint_files
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import store as checkpoint_store
 from smart_replay.writing import observer as observer_lib

@@ -129,8 +129,8 @@ def kill(process):
 
 def coordinated_save_and_die(addresses, step, results):
   """A learner that writes a coordinated checkpoint of a sharded buffer and
-  SIGKILLs itself at `step` of it (`backends.coordinated.STEPS`)."""
-  from smart_replay.backends import coordinated  # pylint: disable=g-import-not-at-top
+  SIGKILLs itself at `step` of it (`backends.coordinated_checkpoints.STEPS`)."""
+  from smart_replay.backends import coordinated_checkpoints  # pylint: disable=g-import-not-at-top
 
   def die(reached):
     if reached == step:
@@ -138,7 +138,7 @@ def coordinated_save_and_die(addresses, step, results):
       results.close()
       results.join_thread()  # The message is sent before the kill.
       os.kill(os.getpid(), signal.SIGKILL)
-  coordinated._fault_point = die  # pylint: disable=protected-access
+  coordinated_checkpoints._fault_point = die  # pylint: disable=protected-access
   manager, _ = client(addresses, actor_id=0)
   results.put(('saving', step))
   results.put(('survived', manager.checkpoint(extra={'step': step})))

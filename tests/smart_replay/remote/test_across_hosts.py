@@ -238,7 +238,7 @@ def learner(addresses, token_file, directory):
   reports; after `restore`: restores it (`load_replay_buffer()` of a second
   manager), samples again (the first manager's iterator), reports."""
   import smart_replay  # pylint: disable=g-import-not-at-top
-  from smart_replay.backends import coordinated  # pylint: disable=g-import-not-at-top
+  from smart_replay.backends import coordinated_checkpoints  # pylint: disable=g-import-not-at-top
   from tests.smart_replay.remote import remote_workers  # pylint: disable=g-import-not-at-top
   _wait_file(os.path.join(directory, 'served'), START_S)
   manager, _ = remote_workers.client(addresses, actor_id=0,
@@ -271,7 +271,7 @@ def learner(addresses, token_file, directory):
   restored = {'before_restore': before_restore,
               'after_restore': _shard_items(restorer.stats()),
               'loaded_checkpoint': restorer.loaded_checkpoint,
-              'record': restorer.loaded_manifest.get(coordinated.EXTRA_KEY)}
+              'record': restorer.loaded_manifest.get(coordinated_checkpoints.EXTRA_KEY)}
   restorer.close()
   # The learner's dataset goes on from the restored shards.
   restored['sampled_after'] = sample(20, [0] * len(addresses))

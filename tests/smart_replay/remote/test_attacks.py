@@ -29,14 +29,14 @@ import grpc
 import pytest
 
 import smart_replay
-from smart_replay.backends import coordinated as coordinated_client
+from smart_replay.backends import coordinated_checkpoints as coordinated_client
 from smart_replay.remote import handlers
 from smart_replay.remote import replay_server as serve
 from smart_replay.remote import serving_record
 from smart_replay.server import control
 from smart_replay.server import control_access
-from smart_replay.storage import coordinated
-from smart_replay.storage import layout
+from smart_replay.storage import coordinated_records
+from smart_replay.storage import checkpoint_folders
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
@@ -169,7 +169,7 @@ def _items(server):
 
 
 def _ckpt_dir(server):
-  return os.path.join(server.manager.checkpoint_dir, layout.CHECKPOINTS_DIR)
+  return os.path.join(server.manager.checkpoint_dir, checkpoint_folders.CHECKPOINTS_DIR)
 
 
 def _checkpoints(server):
@@ -215,7 +215,7 @@ def _record(coordinated_id, path, **changes):
 def _plant(server, content, name=None, mtime=None):
   """Writes a record file by hand into the buffer's `coordinated/` folder,
   as an attacker with access to the directory would; returns its path."""
-  folder = os.path.join(server.manager.checkpoint_dir, coordinated.RECORDS_DIR)
+  folder = os.path.join(server.manager.checkpoint_dir, coordinated_records.RECORDS_DIR)
   os.makedirs(folder, exist_ok=True)
   name = name or f'{content["id"]}.json'
   path = os.path.join(folder, name)
@@ -325,8 +325,8 @@ def test_rollback_to_an_older_own_checkpoint_is_refused(
              'CheckpointNotFoundError', 'no longer holds')
   # Nor can a plain checkpoint tag itself as a coordinated one.
   _refused(attacker.call('checkpoint', {'extra': {
-      coordinated.EXTRA_KEY: coordinated_id}}), 'ValueError',
-           coordinated.EXTRA_KEY)
+      coordinated_records.EXTRA_KEY: coordinated_id}}), 'ValueError',
+           coordinated_records.EXTRA_KEY)
 
   assert _state(server, attacker) == before
   assert not os.path.exists(os.path.join(_ckpt_dir(server), 'ckpt-000003'))
@@ -459,7 +459,7 @@ def test_a_fresh_server_without_a_checkpoint_survives_a_bad_restore(
   polls = []
   final = server.serve_until(lambda: polls.append(1) or len(polls) > 3,
                              poll_s=0.01)
-  assert layout.verify(final)['counts']['tables'][TABLE]['items'] == 48
+  assert checkpoint_folders.verify(final)['counts']['tables'][TABLE]['items'] == 48
 
 
 # --- F4: far-future ids. -----------------------------------------------------
@@ -499,7 +499,7 @@ def test_planted_far_future_records_neither_push_out_nor_hijack(
   addresses = [s.manager.server_address for s in shards]
   attacker = attacker_for(shards[0], token=True)
   saved = [len(_write(s, data_spec, 30, seed=k)) for k, s in enumerate(shards)]
-  for k in range(coordinated.KEEP_RECORDS):
+  for k in range(coordinated_records.KEEP_RECORDS):
     record = dict(_record(f'99991231T235959999999Z-{k:08x}', '/etc'), shard=0)
     if stamp == 'far_future_stamp':
       record['recorded_unix'] = 253402300799.0  # 9999-12-31T23:59:59Z.
@@ -523,10 +523,10 @@ def test_planted_far_future_records_neither_push_out_nor_hijack(
   assert line.startswith('coordinated ')
   real_id = line.split()[-1]
   folder = os.path.join(shards[0].manager.checkpoint_dir,
-                        coordinated.RECORDS_DIR)
+                        coordinated_records.RECORDS_DIR)
   assert os.path.exists(os.path.join(folder, f'{real_id}.json')), (
       f'the real record {real_id} was pruned at its own commit by '
-      f'{coordinated.KEEP_RECORDS} planted far-future records ({stamp}); '
+      f'{coordinated_records.KEEP_RECORDS} planted far-future records ({stamp}); '
       f'left: {sorted(os.listdir(folder))}')
   listing = attacker.result('coordinated_list')
   assert [r['id'] for r in listing['records']] == [real_id]
@@ -652,7 +652,7 @@ def test_oversized_requests_are_refused(server_for, attacker_for, data_spec):
   _refused(attacker.call('coordinated_commit', {
       'record': _record(coordinated_client.new_id(), tagged,
                         extra={'blob': 'x' * (300 << 10)}), 'shard': 0}),
-           'ValueError', f'at most {coordinated.MAX_RECORD_BYTES}')
+           'ValueError', f'at most {coordinated_records.MAX_RECORD_BYTES}')
   assert _state(server, attacker) == before
   assert _disk(server) == disk
 
@@ -707,10 +707,10 @@ def test_a_checkpoint_flood_neither_queues_info_nor_prunes_own_checkpoints(
 
   groups = {}
   for path in server.manager.existing_checkpoints():
-    manifest = layout.verify(path)
-    groups.setdefault(coordinated.retention_group(manifest), []).append(path)
-    if coordinated.retention_group(manifest) == 'requested':
-      assert manifest['extra'][coordinated.REQUESTED_KEY] is True
+    manifest = checkpoint_folders.verify(path)
+    groups.setdefault(coordinated_records.retention_group(manifest), []).append(path)
+    if coordinated_records.retention_group(manifest) == 'requested':
+      assert manifest['extra'][coordinated_records.REQUESTED_KEY] is True
   assert groups['own'] == own
   assert groups['coordinated'] == [tagged]
   assert 1 <= len(groups['requested']) <= keep
@@ -872,9 +872,9 @@ def test_reserved_extra_keys_are_refused(server_for, attacker_for, data_spec):
     def call(extra, method=method):
       return attacker.call(method, {'id': coordinated_client.new_id(),
                                     'extra': extra})
-    for key, value in ((coordinated.EXTRA_KEY, coordinated_client.new_id()),
-                       (coordinated.REQUESTED_KEY, False),
-                       (coordinated.REQUESTED_KEY, True)):
+    for key, value in ((coordinated_records.EXTRA_KEY, coordinated_client.new_id()),
+                       (coordinated_records.REQUESTED_KEY, False),
+                       (coordinated_records.REQUESTED_KEY, True)):
       _refused(call({key: value, 'train_step': 7}), 'ValueError',
                'must not set', key)
     for extra in ('a string', ['a', 'list'], 5):

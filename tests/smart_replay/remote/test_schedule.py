@@ -2,7 +2,7 @@
 
 import pytest
 
-from smart_replay.remote import schedule as schedule_lib
+from smart_replay.remote import checkpoint_schedule as schedule_lib
 from smart_replay.remote import status
 
 

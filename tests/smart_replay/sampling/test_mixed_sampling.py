@@ -150,7 +150,7 @@ def test_the_starter_table_is_unchanged_by_training_and_a_restore(
   path = manager.checkpoint()
   manager.close()
   # The run's checkpoint holds the online items and a reference, no copy.
-  manifest = smart_replay.storage.layout.read_manifest(path)
+  manifest = smart_replay.storage.checkpoint_folders.read_manifest(path)
   assert manifest['counts']['tables']['experience']['items'] == online_items
   assert manifest['starter']['path'] == starter_dir
   assert manifest['starter']['items'] == starter_items

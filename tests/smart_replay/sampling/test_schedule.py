@@ -1,11 +1,11 @@
-"""Tests for smart_replay.sampling.schedule (pure: no server)."""
+"""Tests for smart_replay.sampling.fraction_schedule (pure: no server)."""
 
 import math
 
 import pytest
 import tensorflow as tf
 
-from smart_replay.sampling import schedule as schedule_lib
+from smart_replay.sampling import fraction_schedule as schedule_lib
 
 FractionSchedule = schedule_lib.FractionSchedule
 pytestmark = pytest.mark.unit

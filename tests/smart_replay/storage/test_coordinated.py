@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from smart_replay.storage import coordinated
+from smart_replay.storage import coordinated_records
 
 
 def _record(coordinated_id, paths=('/a/ckpt-000001',), shard=0):
@@ -21,37 +21,37 @@ ID3 = '20261126T061700000001Z-00000000'
 
 def test_records_are_written_whole_read_in_order_and_bounded(tmp_path):
   for coordinated_id in (ID2, ID1, ID3):
-    path = coordinated.write_record(str(tmp_path), _record(coordinated_id),
+    path = coordinated_records.write_record(str(tmp_path), _record(coordinated_id),
                                     keep=2)
     assert json.load(open(path))['id'] == coordinated_id
   # Pruned by the server's write time, never by the id a client chose.
-  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [
+  assert [r['id'] for r in coordinated_records.read_records(str(tmp_path))] == [
       ID1, ID3]
-  assert sorted(os.listdir(tmp_path / coordinated.RECORDS_DIR)) == [
+  assert sorted(os.listdir(tmp_path / coordinated_records.RECORDS_DIR)) == [
       f'{ID1}.json', f'{ID3}.json']
 
 
 def test_far_future_ids_cannot_push_real_records_out(tmp_path):
   with pytest.raises(ValueError, match=r"id must be no later than this "
                      r"server's clock \(20\d\d-.*plus 300 s"):
-    coordinated.write_record(str(tmp_path),
+    coordinated_records.write_record(str(tmp_path),
                              _record('99991231T235959999999Z-deadbeef'))
   # Planted on disk anyway (by hand): skipped when read, and pruned first.
-  folder = tmp_path / coordinated.RECORDS_DIR
+  folder = tmp_path / coordinated_records.RECORDS_DIR
   folder.mkdir()
   planted = dict(_record('99991231T235959999999Z-deadbeef'),
                  recorded_unix=0.0)
   (folder / f'{planted["id"]}.json').write_text(json.dumps(planted))
-  coordinated.write_record(str(tmp_path), _record(ID1), keep=1)
+  coordinated_records.write_record(str(tmp_path), _record(ID1), keep=1)
   assert os.listdir(folder) == [f'{ID1}.json']
-  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [ID1]
+  assert [r['id'] for r in coordinated_records.read_records(str(tmp_path))] == [ID1]
 
 
 def test_an_unreadable_record_is_skipped(tmp_path):
-  coordinated.write_record(str(tmp_path), _record(ID1))
-  (tmp_path / coordinated.RECORDS_DIR / f'{ID2}.json').write_text('{"id": ')
-  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [ID1]
-  assert coordinated.read_records(str(tmp_path / 'none')) == []
+  coordinated_records.write_record(str(tmp_path), _record(ID1))
+  (tmp_path / coordinated_records.RECORDS_DIR / f'{ID2}.json').write_text('{"id": ')
+  assert [r['id'] for r in coordinated_records.read_records(str(tmp_path))] == [ID1]
+  assert coordinated_records.read_records(str(tmp_path / 'none')) == []
 
 
 @pytest.mark.parametrize('record, message', [
@@ -72,32 +72,32 @@ def test_an_unreadable_record_is_skipped(tmp_path):
 ])
 def test_bad_records_are_refused(tmp_path, record, message):
   with pytest.raises(ValueError, match=message):
-    coordinated.write_record(str(tmp_path), record)
-  assert coordinated.read_records(str(tmp_path)) == []
+    coordinated_records.write_record(str(tmp_path), record)
+  assert coordinated_records.read_records(str(tmp_path)) == []
 
 
 def test_a_poisoned_record_on_disk_is_skipped_not_fatal(tmp_path):
-  coordinated.write_record(str(tmp_path), _record(ID1))
-  folder = tmp_path / coordinated.RECORDS_DIR
+  coordinated_records.write_record(str(tmp_path), _record(ID1))
+  folder = tmp_path / coordinated_records.RECORDS_DIR
   (folder / f'{ID2}.json').write_text(json.dumps(_record(ID2, shard=7)))
   (folder / f'{ID3}.json').write_text(json.dumps(_record(ID1)))  # Misnamed.
-  assert [r['id'] for r in coordinated.read_records(str(tmp_path))] == [ID1]
+  assert [r['id'] for r in coordinated_records.read_records(str(tmp_path))] == [ID1]
 
 
 def test_the_newest_record_every_shard_holds_and_can_load_wins():
   first, second, third = _record(ID1), _record(ID2), _record(ID3)
   # ID3 is only on shard 0 (a save killed while recording it).
   held = [[first, second, third], [first, second], [second, first]]
-  assert coordinated.newest_common(held)['id'] == ID2
+  assert coordinated_records.newest_common(held)['id'] == ID2
   # Shard 1 no longer holds its checkpoint of ID2: ID1 is the newest usable.
-  assert coordinated.newest_common(
+  assert coordinated_records.newest_common(
       held, [[ID1, ID2, ID3], [ID1], [ID1, ID2]])['id'] == ID1
-  assert coordinated.newest_common([[third], [first]]) is None
-  assert coordinated.newest_common([]) is None
+  assert coordinated_records.newest_common([[third], [first]]) is None
+  assert coordinated_records.newest_common([]) is None
 
 
 def test_retention_group_reads_the_manifest_extra():
-  group = coordinated.retention_group
-  assert group({'extra': {coordinated.EXTRA_KEY: ID1}}) == 'coordinated'
-  assert group({'extra': {coordinated.REQUESTED_KEY: True}}) == 'requested'
+  group = coordinated_records.retention_group
+  assert group({'extra': {coordinated_records.EXTRA_KEY: ID1}}) == 'coordinated'
+  assert group({'extra': {coordinated_records.REQUESTED_KEY: True}}) == 'requested'
   assert group({'extra': {}}) == group({}) == 'own'

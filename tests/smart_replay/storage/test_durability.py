@@ -18,7 +18,7 @@ import reverb
 
 import smart_replay
 from smart_replay.remote import replay_server as serve_lib
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from smart_replay.storage import store as checkpoint_store
 from tests.smart_replay.storage import durability_worker as worker
 

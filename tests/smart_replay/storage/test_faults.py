@@ -17,7 +17,7 @@ import pytest
 import smart_replay
 from smart_replay.remote import replay_server as serve_lib
 from smart_replay.server import local_server as server_lib
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from smart_replay.storage import store as checkpoint_store
 from tests.smart_replay.storage import durability_worker as worker
 

@@ -1,4 +1,4 @@
-"""Tests for smart_replay.storage.layout and smart_replay.storage.files."""
+"""Tests for smart_replay.storage.checkpoint_folders and smart_replay.storage.files."""
 
 import os
 
@@ -8,9 +8,9 @@ import reverb
 import tensorflow as tf
 
 from smart_replay import errors
-from smart_replay.storage import coordinated
+from smart_replay.storage import coordinated_records
 from smart_replay.storage import files as checkpoint_files
-from smart_replay.storage import layout as checkpoints
+from smart_replay.storage import checkpoint_folders as checkpoints
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import store as checkpoint_store
 
@@ -58,7 +58,7 @@ def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
 
 def test_coordinated_checkpoints_are_kept_apart_from_scheduled_ones(tmp_path):
   store = checkpoint_store.CheckpointStore(str(tmp_path), keep=2)
-  tag = lambda n: {coordinated.EXTRA_KEY: f'20261126T0600{n:02d}Z-0000000{n}'}
+  tag = lambda n: {coordinated_records.EXTRA_KEY: f'20261126T0600{n:02d}Z-0000000{n}'}
   first = _commit(store, 1, extra=tag(1))
   second = _commit(store, 2, extra=tag(2))
   scheduled = [_commit(store, n) for n in (3, 4, 5)]

@@ -8,7 +8,7 @@ from tf_agents.environments import utils as env_utils
 from tf_agents.trajectories import StepType
 
 from smart_replay.apps.envs import thermal
-from smart_replay.apps.policies import schedule
+from smart_replay.apps.policies import thermostat
 
 
 def _run_day(env, act):
@@ -104,7 +104,7 @@ def test_heating_warms_and_cooling_cools():
 
 def test_schedule_policy_reaches_and_holds_the_setpoint():
   env = thermal.ThermalZoneEnv(seed=2)
-  policy = schedule.SchedulePolicy(env.time_step_spec(), env.action_spec())
+  policy = thermostat.SchedulePolicy(env.time_step_spec(), env.action_spec())
   temps, rewards, _ = _run_day(env, lambda t: policy.action(t).action)
   assert temps[0] < 20  # The night starts cold...
   at = lambda hour: temps[int(hour * 12)]

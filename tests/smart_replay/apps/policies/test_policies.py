@@ -12,7 +12,7 @@ from tf_agents.specs import tensor_spec
 from smart_replay.apps.envs import factory as env_factory
 from smart_replay.apps.policies import cartpole
 from smart_replay.apps.policies import factory
-from smart_replay.apps.policies import schedule
+from smart_replay.apps.policies import thermostat
 
 
 def _mean_episode_length(env, policy, episodes=5):
@@ -29,7 +29,7 @@ def _mean_episode_length(env, policy, episodes=5):
 def test_baseline_resolves_per_environment():
   thermal_env = env_factory.make_environment('thermal')
   assert isinstance(factory.make_policy(env=thermal_env),
-                    schedule.SchedulePolicy)
+                    thermostat.SchedulePolicy)
   cartpole_env = env_factory.make_environment('gym:CartPole-v1')
   assert isinstance(factory.make_policy(env=cartpole_env),
                     cartpole.CartPoleBalancePolicy)
@@ -96,4 +96,4 @@ def test_bad_policies_are_named(kind, env_name, match):
 def test_schedule_policy_rejects_bad_gain():
   env = env_factory.make_environment('thermal')
   with pytest.raises(ValueError, match='gain must be > 0, got 0'):
-    schedule.SchedulePolicy(env.time_step_spec(), env.action_spec(), gain=0)
+    thermostat.SchedulePolicy(env.time_step_spec(), env.action_spec(), gain=0)

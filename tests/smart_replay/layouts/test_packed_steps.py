@@ -1,11 +1,11 @@
-"""Tests for smart_replay.spec.packing: one byte row per step, and back."""
+"""Tests for smart_replay.layouts.packed_steps: one byte row per step, and back."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tree
 
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +43,7 @@ def _assert_same(got, want):
 
 
 def test_layout_is_every_field_in_flatten_order():
-  codec = packing.StepCodec(SPEC)
+  codec = packed_steps.StepCodec(SPEC)
   layout = codec.describe()
   paths = [f['path'] for f in layout['fields']]
   assert paths == ['action', 'count', 'delta', 'half', 'observation/image',
@@ -57,7 +57,7 @@ def test_layout_is_every_field_in_flatten_order():
 
 
 def test_pack_then_unpack_and_decode_give_the_step_back():
-  codec = packing.StepCodec(SPEC)
+  codec = packed_steps.StepCodec(SPEC)
   step = _step(np.random.default_rng(0))
   row = codec.pack(tree.flatten(step))
   assert row.dtype == np.uint8 and row.shape == (51,)
@@ -67,7 +67,7 @@ def test_pack_then_unpack_and_decode_give_the_step_back():
 
 
 def test_batches_pack_one_row_per_step_and_decode_keeps_static_shapes():
-  codec = packing.StepCodec(SPEC)
+  codec = packed_steps.StepCodec(SPEC)
   steps = _step(np.random.default_rng(1), batch=(5, 2))  # [batch, time]
   rows = codec.pack(tree.flatten(steps))
   assert rows.shape == (5, 2, 51)
@@ -82,7 +82,7 @@ def test_batches_pack_one_row_per_step_and_decode_keeps_static_shapes():
 
 
 def test_decode_with_an_unknown_batch_dimension():
-  codec = packing.StepCodec(SPEC)
+  codec = packed_steps.StepCodec(SPEC)
   steps = _step(np.random.default_rng(2), batch=(3,))
   rows = codec.pack(tree.flatten(steps))
   decode = tf.function(codec.decode, input_signature=[
@@ -92,7 +92,7 @@ def test_decode_with_an_unknown_batch_dimension():
 
 def test_extreme_values_survive():
   spec = {'f': tf.TensorSpec([4], tf.float32), 'i': tf.TensorSpec([2], tf.int64)}
-  codec = packing.StepCodec(spec)
+  codec = packed_steps.StepCodec(spec)
   step = {'f': np.array([np.nan, np.inf, -0.0, 1e-45], np.float32),
           'i': np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])}
   got = codec.unpack(codec.pack(tree.flatten(step)))
@@ -107,11 +107,11 @@ def test_extreme_values_survive():
 ])
 def test_unpackable_specs_are_refused_by_field(spec, message):
   with pytest.raises(ValueError, match=message):
-    packing.StepCodec(spec)
+    packed_steps.StepCodec(spec)
 
 
 def test_pack_refuses_a_field_of_the_wrong_type():
-  codec = packing.StepCodec(SPEC)
+  codec = packed_steps.StepCodec(SPEC)
   flat = tree.flatten(_step(np.random.default_rng(3)))
   flat[0] = flat[0].astype(np.float32)  # 'action' is float64.
   with pytest.raises(ValueError, match="field 'action' is float32\\[2\\]"):

@@ -2,40 +2,38 @@
 
 A table with `TableConfig.block_length = K` and `sequence_length = L` stores
 each environment's stream as blocks of up to K packed rows (see
-`packing.StepCodec`), each written as ONE Reverb step of `uint8[K, bytes]` and
-one item: Reverb's fixed cost is paid once per block instead of once per
-window. A new block starts every `S = K - L + 1` steps, its first L - 1 rows
-repeating the end of the previous one, so every window of L steps lies in
-exactly one block. A block's priority is the number of windows it holds (S,
-fewer in the last block of an episode, whose missing rows are zeros), and
-the table samples blocks in proportion to it (prioritized, exponent 1): the
-sampled window, cut uniformly from its block, is uniform over all stored
-windows (`cut_windows`).
+`packed_steps.StepCodec`), each written as ONE Reverb step of `uint8[K,
+bytes]` and one item: Reverb's fixed cost is paid once per block instead of
+once per window. A new block starts every `S = K - L + 1` steps, its first
+L - 1 rows repeating the end of the previous one, so every window of L steps
+lies in exactly one block. A block's priority is the number of windows it
+holds (S, fewer in the last block of an episode, whose missing rows are
+zeros), and the table samples blocks in proportion to it (prioritized,
+exponent 1): the sampled window, cut uniformly from its block, is uniform
+over all stored windows.
 
-With a frame-stacked layout (`layouts.FrameStackedLayout`) a block is ONE
-blob of its cells instead (`frames.encode_block`: its first cell a whole
-stack, then each step's new frames), compressed together, so zlib sees
-across the block's frames; `cut_blob_windows` rebuilds the sampled windows.
-The builders then hold rows of the packed row followed by the stack's
-frames.
+Both directions live here: `BlockBuilder` makes the blocks (the writer,
+`writing.block_writer`, sends them), `cut_windows` and `cut_blob_windows`
+cut sampled blocks back into windows inside `tf.data`, and `window_items`
+lists every stored window for readers. With a frame-stacked layout
+(`frame_stacks.FrameStackedLayout`) a block is ONE blob of its cells
+(`frame_cells.encode_block`: its first cell a whole stack, then each step's
+new frames), compressed together, so zlib sees across the block's frames.
 
-A block is written once it is full, at the end of an episode (unless the
-table crosses episodes) and on `flush()` (so a checkpoint holds every window
+A block is complete once it is full, at the end of an episode (unless the
+table crosses episodes) and on a flush (so a checkpoint holds every window
 written; the next block then repeats the last L - 1 rows).
 """
 
-import dataclasses
 from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 import reverb
 import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
 
-from smart_replay.config import reverb_tables
-from smart_replay.spec import specs
-from smart_replay.writing import planner as planner_lib
-from smart_replay.writing import settings as settings_lib
-from smart_replay.writing import writer as writer_lib
+# The step types that end an episode's block.
+FIRST, LAST = int(ts.StepType.FIRST), int(ts.StepType.LAST)
 
 Block = Tuple[np.ndarray, int]  # (rows [K, bytes], windows it holds)
 
@@ -67,13 +65,13 @@ class BlockBuilder:
       `(rows, windows)` of each completed block (a copy), oldest first.
     """
     done = []
-    if step_type == planner_lib.FIRST and not self._cross and self._count:
+    if step_type == FIRST and not self._cross and self._count:
       done += self._cut(keep=False)
     self._rows[self._count] = row
     self._count += 1
     if self._count == len(self._rows):
       done += self._cut(keep=True)
-    if step_type == planner_lib.LAST and not self._cross:
+    if step_type == LAST and not self._cross:
       done += self._cut(keep=False)
     return done
 
@@ -106,107 +104,6 @@ class BlockBuilder:
     else:
       self._count = 0
     return [(block, windows)]
-
-
-class BlockWriter:
-  """Writes the blocks of every table of packed items, for every stream.
-
-  One Reverb writer serves all streams: each block is one step and one item
-  of its own, so blocks of different streams never mix.
-
-  Args:
-    tables: the resolved configs of the tables of packed items.
-    settings: the observer's `WriterSettings` (client, timeouts, counters);
-      its chunking and signatures are replaced by the blocks' own.
-    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`,
-      or a `tf.string` blob of a frame-stacked layout).
-    num_streams: environments per observer call (1 when unbatched).
-    cells: a frame-stacked layout's `frames.Cells` (each block is then
-      one blob of its cells), or None.
-  """
-
-  def __init__(self, tables: Sequence[Any], *,
-               settings: settings_lib.WriterSettings, step_spec: Any,
-               num_streams: int, cells: Any = None):
-    self._counters = settings.counters
-    self._out = writer_lib.StreamWriter(dataclasses.replace(
-        settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
-        num_columns=1, cells=None, signatures={
-            t.name: specs.describe_signature(reverb_tables.signature(
-                t, step_spec)) for t in tables}))
-    self._cells = cells
-    bytes_per_step = (step_spec.shape[0] if cells is None else
-                      cells.row_bytes + cells.stack_bytes)
-    self._streams = [[BlockBuilder(t, bytes_per_step) for t in tables]
-                     for _ in range(num_streams)]
-    self._out.on_restart = self.reset
-    self._tables = [t.name for t in tables]  # The order of each stream's.
-    self._lengths = {t.name: t.sequence_length for t in tables}
-
-  def add(self, parts: Sequence[np.ndarray], step_types: Any, *,
-          batched: bool) -> None:
-    """Adds one step of every stream; writes the blocks it completes.
-
-    Args:
-      parts: the layout's columns of the step: packed rows, `[bytes]` or
-        `[num_streams, bytes]` (and the stacks' frames, `[(num_streams,)
-        depth, *frame]`, with a frame stack).
-      step_types: the step type(s), a scalar or `[num_streams]`.
-      batched: whether `rows` has the streams' dimension.
-
-    Raises:
-      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
-        `writer.StreamWriter`.
-    """
-    rows = parts[0]
-    if self._cells is not None:  # Each row: the packed row, then frames.
-      lead = rows.shape[:-1]
-      rows = np.concatenate([rows, parts[1].reshape(lead + (-1,)).view(
-          np.uint8)], axis=-1)
-    if not batched:
-      self._write(b.add(rows, int(step_types)) for b in self._streams[0])
-      return
-    for index, builders in enumerate(self._streams):
-      self._write(b.add(rows[index], int(step_types[index])) for b in builders)
-
-  def end_episode(self) -> None:
-    """Completes every stream's open blocks of tables that do not cross
-    episodes."""
-    for builders in self._streams:
-      self._write(b.end_episode() for b in builders)
-
-  def flush(self) -> None:
-    """Completes the open blocks and waits until every block is stored.
-
-    Raises:
-      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
-        `writer.StreamWriter`.
-    """
-    for builders in self._streams:
-      self._write(b.flush() for b in builders)
-    self._out.flush()
-
-  def reset(self) -> None:
-    """Forgets every open block (the writer started over)."""
-    for builders in self._streams:
-      for builder in builders:
-        builder.reset()
-
-  def close(self) -> None:
-    """Closes the Reverb writer at once (call `flush()` first)."""
-    self._out.close()
-
-  def _write(self, per_table: Any) -> None:
-    for table, blocks in zip(self._tables, per_table):
-      for rows, windows in blocks:
-        if self._cells is None:
-          self._out.append([rows])
-        else:  # One blob: the rows and the frames new in each step.
-          self._out.append([self._cells.block(
-              rows, windows + self._lengths[table] - 1)])
-        self._out.defer(table, float(windows), 1)
-        self._out.end_chunk()
-        self._counters.items[table] += 1
 
 
 def _starts(count: tf.Tensor, windows_per_item: int) -> tf.Tensor:

@@ -1,4 +1,4 @@
-"""Stacked frames rebuilt from stored cells (see `frames`).
+"""Stacked frames rebuilt from stored cells (see `frame_cells`).
 
 `Rebuilder` turns a frame-stacked layout's cells back into packed rows and
 whole stacks: inside TensorFlow for the dataset (`window_items` per batch of
@@ -7,14 +7,16 @@ per-window items, `block_windows` per sampled block; zlib is inflated by
 with numpy for checkpoint readers (`unpack_item`).
 """
 
-from typing import Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+import tree
 
-from smart_replay.spec import frames as frames_lib
+from smart_replay.layouts import frame_cells
+from smart_replay.layouts import packed_steps
 
-_HEADER = frames_lib.HEADER_BYTES
+_HEADER = frame_cells.HEADER_BYTES
 
 
 class Rebuilder:
@@ -24,11 +26,11 @@ class Rebuilder:
   `unpack_item` with numpy (checkpoint readers).
 
   Args:
-    field: the spec's `frames_lib.StackedField`.
+    field: the spec's `frame_cells.StackedField`.
     row_bytes: bytes of a packed row (the other fields).
   """
 
-  def __init__(self, field: frames_lib.StackedField, row_bytes: int):
+  def __init__(self, field: frame_cells.StackedField, row_bytes: int):
     self._field = field
     self._row_bytes = row_bytes
 
@@ -121,7 +123,7 @@ class Rebuilder:
     field = self._field
     blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
     block = len(blobs) == 1
-    parts = [frames_lib.decode(b, self._row_bytes, field.frame_bytes)
+    parts = [frame_cells.decode(b, self._row_bytes, field.frame_bytes)
              for b in blobs]
     counts, rows, frames = (np.concatenate(p) for p in zip(*parts))
     ends = np.cumsum(counts, dtype=np.int64)
@@ -135,3 +137,110 @@ class Rebuilder:
     stacked = frames[index].view(field.dtype).reshape(
         (len(ends), field.depth) + field.frame_shape)
     return rows[first:last], field.stacks(stacked)
+
+
+class FrameStackedLayout:
+  """The packed layout of a spec with a stacked pixel field.
+
+  Attributes:
+    name: 'packed'.
+    data_spec: the spec of one step.
+    step_spec: `tf.string` scalar: one blob per step.
+    num_columns: 1.
+    lookback: cells an item references before its first step.
+    stacked_field: the `frames.StackedField`.
+    rebuilder: the `Rebuilder` of blobs.
+    cells: the `frame_cells.Cells` the writers make.
+
+  Args:
+    data_spec: the spec of one step.
+    frame_stack: the `frame_cells.FrameStack` option.
+
+  Raises:
+    ValueError: if the option does not fit the spec, or another field does
+      not pack (names it).
+  """
+
+  name = 'packed'
+  num_columns = 1
+
+  def __init__(self, data_spec: Any, frame_stack: frame_cells.FrameStack):
+    self.data_spec = data_spec
+    self.stacked_field = frame_cells.StackedField(frame_stack, data_spec)
+    leaves = tree.flatten(data_spec)
+    self._rest = packed_steps.StepCodec(
+        [s for i, s in enumerate(leaves) if i != self.stacked_field.index])
+    self.row_bytes = self._rest.bytes_per_step
+    self.rebuilder = Rebuilder(self.stacked_field, self.row_bytes)
+    self.cells = frame_cells.Cells(self.stacked_field, self.row_bytes)
+    self.lookback = self.stacked_field.lookback
+    self.step_spec = tf.TensorSpec([], tf.string, name='frames')
+
+  def describe(self) -> Dict[str, Any]:
+    """The layout as a manifest records it: the packed rows of the other
+    fields and `frame_stack`."""
+    return {'name': self.name, **self._rest.describe(),
+            'frame_stack': self.stacked_field.option.describe()}
+
+  def columns(self, flat_step: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """`[rows, frames]` of a step (or a batch of steps): the packed row of
+    the other fields and the stack's frames, oldest first; the writer turns
+    them into a cell (`frames.CellEncoder`)."""
+    index = self.stacked_field.index
+    rows = self._rest.pack(flat_step[:index] + flat_step[index + 1:])
+    return [rows, self.stacked_field.frames(flat_step[index])]
+
+  def _with_stack(self, rest: Sequence[Any], stack: Any) -> Any:
+    flat = list(rest)
+    flat.insert(self.stacked_field.index, stack)
+    return tree.unflatten_as(self.data_spec, flat)
+
+  def decode(self, stored: Any) -> Any:
+    """Stored cells back to the data spec, inside TensorFlow.
+
+    Args:
+      stored: `string[batch, lookback + steps]` blobs of per-window items,
+        or `(rows, stacks)` already rebuilt (windows cut from blocks).
+
+    Returns:
+      A nest like `data_spec` of `[batch, steps, ...]` tensors.
+    """
+    if isinstance(stored, tuple):
+      rows, stacks = stored
+    else:
+      rows, stacks = self.rebuilder.window_items(stored)
+    rest = tree.flatten(self._rest.decode(rows))
+    return self._with_stack(rest, stacks)
+
+  def cut_block(self, blob: tf.Tensor, block_length: int, starts: tf.Tensor,
+                length: int):
+    """Windows cut from a block, inside TensorFlow.
+
+    Args:
+      blob: the block's blob (a scalar string).
+      block_length: cells per block.
+      starts: `int32[windows]`, each window's first cell.
+      length: steps per window.
+
+    Returns:
+      `(rows, stacks)`, see `Rebuilder.block_windows`.
+    """
+    return self.rebuilder.block_windows(blob, block_length, starts, length)
+
+  def unpack(self, stored: Any) -> Any:
+    """A stored item's blobs back to the data spec, with numpy (readers).
+
+    Args:
+      stored: the item's blobs: `[lookback + steps]` of one cell each, or
+        `[1]` holding a block.
+
+    Returns:
+      A nest like `data_spec` of `[steps, ...]` arrays (`[1, cells, ...]`
+      for a block, as blocks of packed rows are read).
+    """
+    block = np.asarray(stored).reshape(-1).shape[0] == 1
+    rows, stacks = self.rebuilder.unpack_item(stored)
+    rest = tree.flatten(self._rest.unpack(rows))
+    if block:
+      rest, stacks = [r[None] for r in rest], stacks[None]
+    return self._with_stack(rest, stacks)

@@ -12,7 +12,7 @@ from tf_agents.policies import random_py_policy
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables
 from smart_replay.sampling import dataset as dataset_lib
-from smart_replay.spec import packing
+from smart_replay.layouts import packed_steps
 from smart_replay.writing import observer as observer_lib
 from tests import testing
 
@@ -29,7 +29,7 @@ def _tables():
 
 def _windows(layout_name, data_spec, steps, num_envs=None):
   """{table: Counter of item fingerprints} written through `layout_name`."""
-  layout = packing.Layout(layout_name, data_spec)
+  layout = packed_steps.Layout(layout_name, data_spec)
   configs = _tables()
   server = reverb.Server([reverb_tables.make_table(c, layout.step_spec)
                           for c in configs])
@@ -86,11 +86,11 @@ def test_packed_layout_stores_the_same_windows(data_spec, num_envs):
 
 
 def test_packed_signature_is_one_byte_column(data_spec):
-  layout = packing.Layout('packed', data_spec)
+  layout = packed_steps.Layout('packed', data_spec)
   config = _tables()[0]
   signature = reverb_tables.signature(config, layout.step_spec)
   assert signature.dtype == tf.uint8
-  assert signature.shape == [3, packing.StepCodec(data_spec).bytes_per_step]
+  assert signature.shape == [3, packed_steps.StepCodec(data_spec).bytes_per_step]
   assert layout.num_columns == 1
   batch = [np.zeros((5,) + tuple(s.shape), s.dtype.as_numpy_dtype)
            for s in tf.nest.flatten(data_spec)]

@@ -14,7 +14,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.storage import files as checkpoint_files
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.utils import checks
 
 Counts = Tuple[int, int]  # (inserts, samples) over all tables.
@@ -233,5 +233,5 @@ class CheckpointSchedule:
 
 def _number(path: str) -> int:
   """A checkpoint's number N (`ckpt-N`); -1 for another name."""
-  number = layout.checkpoint_number(path)
+  number = checkpoint_folders.checkpoint_number(path)
   return -1 if number is None else number

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from absl import logging
 
 from smart_replay import errors
-from smart_replay.storage import coordinated as records_lib
+from smart_replay.storage import coordinated_records as records_lib
 
 # Where a shard's manifest, and the whole buffer's loaded manifest, keep it.
 EXTRA_KEY = records_lib.EXTRA_KEY

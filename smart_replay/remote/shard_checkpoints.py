@@ -24,8 +24,8 @@ from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import handlers
 from smart_replay.server import control as control_lib
-from smart_replay.storage import coordinated
-from smart_replay.storage import layout
+from smart_replay.storage import coordinated_records
+from smart_replay.storage import checkpoint_folders
 
 
 class Shard(Protocol):
@@ -45,7 +45,7 @@ class Shard(Protocol):
 def _names_own(named: str, mine: str, buffer_dir: str) -> bool:
   """Whether a record's path is this shard's checkpoint `mine`, as phase 1
   answered it (a service without a token shows it as '<buffer>/...')."""
-  answered = os.path.join(buffer_dir, layout.CHECKPOINTS_DIR,
+  answered = os.path.join(buffer_dir, checkpoint_folders.CHECKPOINTS_DIR,
                           os.path.basename(mine))
   return (os.path.realpath(named) == mine or
           named == handlers.redact(answered, root=buffer_dir))
@@ -66,43 +66,43 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
     return shard.manager.checkpoint_dir
 
   def save(request: Dict[str, Any]) -> Dict[str, Any]:
-    coordinated_id = coordinated.check_current_id(request.get('id'))
+    coordinated_id = coordinated_records.check_current_id(request.get('id'))
     extra = handlers.client_extra(request)
-    extra[coordinated.EXTRA_KEY] = coordinated_id
+    extra[coordinated_records.EXTRA_KEY] = coordinated_id
     path = shard.checkpoint(extra=extra,
                             reason=f'coordinated checkpoint {coordinated_id}')
-    return {'path': path, 'counts': layout.read_manifest(path)['counts']}
+    return {'path': path, 'counts': checkpoint_folders.read_manifest(path)['counts']}
 
   def commit(request: Dict[str, Any]) -> Dict[str, Any]:
     record = request.get('record')
     if not isinstance(record, dict):
       raise ValueError(f'record must be a JSON object, got '
                        f'{type(record).__name__}.')
-    record = coordinated.check_record(dict(record, shard=request.get('shard')))
-    mine = coordinated.tagged_checkpoint(buffer_dir(), record['id'])
+    record = coordinated_records.check_record(dict(record, shard=request.get('shard')))
+    mine = coordinated_records.tagged_checkpoint(buffer_dir(), record['id'])
     named = record['shards'][record['shard']]['path']
     if mine is None or not _names_own(named, mine, buffer_dir()):
       raise errors.CheckpointNotFoundError(
           f'coordinated checkpoint {record["id"]}: shard {record["shard"]} '
           f'holds no checkpoint tagged with it at {named!r:.200}; phase 1 '
           '(coordinated_save) must have written it here.')
-    return {'path': coordinated.write_record(buffer_dir(), record)}
+    return {'path': coordinated_records.write_record(buffer_dir(), record)}
 
   def listing(request: Dict[str, Any]) -> Dict[str, List[Any]]:
     del request
-    records = coordinated.read_records(buffer_dir())
+    records = coordinated_records.read_records(buffer_dir())
     return {'records': records,
             'usable': [r['id'] for r in records
-                       if coordinated.tagged_checkpoint(buffer_dir(), r['id'])]}
+                       if coordinated_records.tagged_checkpoint(buffer_dir(), r['id'])]}
 
   def restore(request: Dict[str, Any]) -> Dict[str, Any]:
-    coordinated_id = coordinated.check_id(request.get('id'))
-    recorded = [r['id'] for r in coordinated.read_records(buffer_dir())]
+    coordinated_id = coordinated_records.check_id(request.get('id'))
+    recorded = [r['id'] for r in coordinated_records.read_records(buffer_dir())]
     if coordinated_id not in recorded:
       raise errors.CheckpointNotFoundError(
           f'this shard has no record of the coordinated checkpoint '
           f'{coordinated_id}; it has {recorded}.')
-    path = coordinated.tagged_checkpoint(buffer_dir(), coordinated_id)
+    path = coordinated_records.tagged_checkpoint(buffer_dir(), coordinated_id)
     if path is None:
       raise errors.CheckpointNotFoundError(
           f'this shard no longer holds its checkpoint of coordinated '

@@ -10,7 +10,7 @@ from smart_replay.config import tables
 from smart_replay.manager import facade as manager_lib
 from smart_replay.tools import inspection
 from smart_replay.tools import rlds_io
-from smart_replay.writing import blocks
+from smart_replay.layouts import packed_items
 from tests.smart_replay.sampling import test_sampling_distribution as streams
 
 
@@ -24,7 +24,7 @@ class _Config:  # What BlockBuilder reads of a resolved TableConfig.
 
 def _block_windows(config, step_types, flush_at=()):
   """Windows (tuples of step indices) of the blocks a stream makes."""
-  builder = blocks.BlockBuilder(config, bytes_per_step=4)
+  builder = packed_items.BlockBuilder(config, bytes_per_step=4)
   found = []
   def take(done):
     for rows, count in done:

@@ -19,8 +19,8 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from smart_replay import FrameStack, ReplayBufferManager, TableConfig
-from smart_replay.spec import frames
-from smart_replay.spec import layouts
+from smart_replay.layouts import frame_cells
+from smart_replay import layouts
 from smart_replay.spec import specs
 from smart_replay.storage import reader as reader_lib
 from smart_replay.tools import export

@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Optional
 from smart_replay.config import buffer as config_lib
 from smart_replay.config import options as options_lib
 from smart_replay.spec import specs
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 
 
 def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
@@ -45,12 +45,12 @@ def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
     raise ValueError(f'from_checkpoint reads {controlled} from the '
                      "checkpoint's manifest; do not pass them (construct "
                      'ReplayBufferManager directly to change them).')
-  candidates = layout.find_checkpoints(source)
-  stored = layout.first_usable(candidates, layout.read_manifest,
+  candidates = checkpoint_folders.find_checkpoints(source)
+  stored = checkpoint_folders.first_usable(candidates, checkpoint_folders.read_manifest,
                                failure=f'no readable manifest in {source}')
   config = config_lib.BufferConfig.from_manifest(stored)
   return {'data_spec': config.data_spec,
-          'checkpoint_dir': checkpoint_dir or layout.buffer_dir_of(
+          'checkpoint_dir': checkpoint_dir or checkpoint_folders.buffer_dir_of(
               candidates[0]), **config.constructor_kwargs(), **kwargs}
 
 

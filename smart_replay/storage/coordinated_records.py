@@ -40,7 +40,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.storage import durable
-from smart_replay.storage import layout
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
 
 RECORDS_DIR = 'coordinated'
@@ -219,16 +219,16 @@ def tagged_checkpoint(buffer_dir: str, coordinated_id: str) -> Optional[str]:
   Returns:
     The checkpoint folder, or None if this shard holds none tagged so.
   """
-  root = os.path.realpath(os.path.join(buffer_dir, layout.CHECKPOINTS_DIR))
+  root = os.path.realpath(os.path.join(buffer_dir, checkpoint_folders.CHECKPOINTS_DIR))
   if not os.path.isdir(root):
     return None
   for name in sorted(os.listdir(root), reverse=True):
     path = os.path.realpath(os.path.join(root, name))
-    if (layout.checkpoint_number(name) is None or
+    if (checkpoint_folders.checkpoint_number(name) is None or
         os.path.dirname(path) != root):
       continue
     try:
-      manifest = layout.read_manifest(path)
+      manifest = checkpoint_folders.read_manifest(path)
     except errors.CheckpointCorruptError:
       continue
     if (manifest.get('extra') or {}).get(EXTRA_KEY) == coordinated_id:

@@ -212,9 +212,9 @@ class Layout:
       `uint8[bytes_per_step]` tensor.
     num_columns: Reverb columns per step.
     lookback: cells an item references before its first step (0 here; see
-      `layouts.FrameStackedLayout`).
+      `frame_stacks.FrameStackedLayout`).
     stacked_field, cells: None here (a frame-stacked layout's stacked
-      field and `frames.Cells`).
+      field and `frame_cells.Cells`).
   """
 
   def __init__(self, name: str, data_spec: Any):
