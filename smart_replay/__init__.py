@@ -1,28 +1,30 @@
 """smart_replay: a Reverb replay buffer for TF-Agents that just works.
 
-The public API::
-
-    from smart_replay import ReplayBufferManager, TableConfig
-
-TensorBoard scalars of a buffer, in one line of a TF-Agents Learner::
+Everything a user constructs or calls is here, at the top level::
 
     import smart_replay
-    triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=1000)]
+    manager = smart_replay.ReplayBufferManager(
+        agent.collect_data_spec,
+        shape=smart_replay.BufferShape(capacity=100_000),
+        location=smart_replay.LocalBuffer('buffers/run1'))
+    replay_buffer, observer = manager.create_replay_buffer()
+    dataset = manager.get_dataset(batch_size=256, num_steps=2)
 
-(the `telemetry` subpackage). A read-only starter buffer mixed into each
-batch, with a fixed or annealed fraction (the `mixing` subpackage)::
-
-    manager = ReplayBufferManager(..., starter_dir='starter_buffers/office')
-    dataset = manager.get_dataset(batch_size=256, train_step=train_step,
-        starter_fraction=smart_replay.mixing.FractionSchedule(
-            initial=0.5, final=0.1, steps=50_000))
-
-(`smart_replay.mixing` is the `sampling` package, `smart_replay.telemetry`
-the `integrations` package.) Everything else is importable for advanced use;
-the packages follow the data flow, each importing only those below it:
-`utils`, `spec`, `config`, `storage`, `server`, `backends`, `writing`,
-`sampling`, `manager`, `integrations`, `remote`, `tools`, `apps`. The public
-names load on first use, so `import smart_replay` does not load TensorFlow.
+the option groups (`BufferShape`, `LocalBuffer`, `RemoteBuffer`,
+`WriteOptions`, `Timeouts`), `TableConfig`, `FrameStack`, `FractionSchedule`
+(a starter mixed into every batch), what a dataset yields (`ReplayInfo`,
+`ONLINE`, `STARTER`), TensorBoard summaries (`BufferSummaries`,
+`write_buffer_summaries`), paired agent and buffer checkpoints
+(`PairedCheckpointer`, `newest_pair`), a standalone server and its metrics
+(`ReplayServer`, `MetricsEndpoint`, `save_spec`), moving buffers in and out
+(`import_reverb_checkpoint`, `write_rlds`, `import_rlds`, `export_npz`),
+the library calls behind the commands (`populate_starter_buffer`,
+`train_from_starter`) and every error. The packages below follow the data
+flow, each importing only those below it: `utils`, `spec`, `layouts`,
+`config`, `storage`, `server`, `backends`, `writing`, `sampling`, `manager`,
+`integrations`, `remote`, `tools`, `apps`; they are the implementation, not
+the API. The public names load on first use, so `import smart_replay` does
+not load TensorFlow.
 """
 
 import importlib
@@ -50,25 +52,47 @@ _ERRORS = ('AuthenticationError', 'BufferInUseError', 'CheckpointCorruptError',
 # Public name -> the module that defines it.
 _EXPORTS = {
     **{name: 'smart_replay.errors' for name in _ERRORS},
+    **{name: 'smart_replay.config.options' for name in (
+        'BufferShape', 'LocalBuffer', 'RemoteBuffer', 'Timeouts',
+        'WriteOptions')},
+    'BufferSummaries': 'smart_replay.integrations.summaries',
     'FractionSchedule': 'smart_replay.sampling.fraction_schedule',
     'FrameStack': 'smart_replay.layouts.frame_cells',
-    'ReplayInfo': 'smart_replay.sampling.dataset',
+    'MetricsEndpoint': 'smart_replay.remote.metrics',
+    'ONLINE': 'smart_replay.sampling.replay_info',
+    'PairedCheckpointer': 'smart_replay.integrations.paired',
     'ReplayBufferManager': 'smart_replay.manager.facade',
-    'TrajectoryObserver': 'smart_replay.writing.observer',
+    'ReplayInfo': 'smart_replay.sampling.replay_info',
+    'ReplayServer': 'smart_replay.remote.replay_server',
+    'STARTER': 'smart_replay.sampling.replay_info',
     'TableConfig': 'smart_replay.config.tables',
+    'TrajectoryObserver': 'smart_replay.writing.observer',
+    'export_npz': 'smart_replay.tools.export',
+    'import_reverb_checkpoint': 'smart_replay.tools.takeover',
+    'import_rlds': 'smart_replay.tools.rlds_io',
+    'newest_pair': 'smart_replay.integrations.paired',
+    'populate_starter_buffer': 'smart_replay.apps.populate',
+    'save_spec': 'smart_replay.spec.specs',
+    'train_from_starter': 'smart_replay.apps.training',
+    'write_buffer_summaries': 'smart_replay.integrations.summaries',
+    'write_rlds': 'smart_replay.tools.rlds_io',
 }
 
-
-# Public subpackage names -> the packages they are, imported on first use as
-# `smart_replay.<name>`.
-_SUBPACKAGES = {'mixing': 'smart_replay.sampling',
-                'telemetry': 'smart_replay.integrations'}
+# Names of earlier versions, and what replaced them (a clear error, not a
+# silent alias).
+_REMOVED = {
+    'mixing': 'smart_replay.FractionSchedule (the starter mix is '
+              'ReplayBufferManager.get_dataset(starter_fraction=...))',
+    'telemetry': 'smart_replay.BufferSummaries and '
+                 'smart_replay.write_buffer_summaries',
+}
 
 
 def __getattr__(name):
   """Loads a public name on first use (PEP 562)."""
-  if name in _SUBPACKAGES:
-    return importlib.import_module(_SUBPACKAGES[name])
+  if name in _REMOVED:
+    raise AttributeError(f'smart_replay.{name} was removed; use '
+                         f'{_REMOVED[name]}.')
   if name not in _EXPORTS:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
   value = getattr(importlib.import_module(_EXPORTS[name]), name)
@@ -77,35 +101,9 @@ def __getattr__(name):
 
 
 def __dir__():
-  return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))
+  return sorted(set(globals()) | set(_EXPORTS))
 
 
 __version__ = '0.1.0'
 
-__all__ = [
-    'BufferInUseError',
-    'CheckpointCorruptError',
-    'CheckpointExistsError',
-    'CheckpointNotFoundError',
-    'ForeignCheckpointError',
-    'CheckpointWriteError',
-    'FractionSchedule',
-    'FrameStack',
-    'ManagerStateError',
-    'ManifestMismatchError',
-    'MissingExtraError',
-    'PrefillWouldBlockError',
-    'ReplayBufferManager',
-    'ReplayInfo',
-    'ServerUnavailableError',
-    'SmartReplayError',
-    'StarterMismatchError',
-    'TableConfig',
-    'TrajectoryObserver',
-    'TrajectorySpecError',
-    'WaitTimeoutError',
-    'WouldBlockError',
-    'WriteFailedError',
-    'mixing',
-    'telemetry',
-]
+__all__ = sorted(_EXPORTS)
