@@ -78,9 +78,12 @@ from tf_agents.utils import common
 
 import smart_replay
 from smart_replay.apps.envs import atari_env
-# smart_replay loads its public names on first use; its gin configurables
-# must exist before gin parses the bindings (which locks the config).
-from smart_replay.manager import facade as _  # pylint: disable=unused-import
+
+# smart_replay loads its public names on first use; using one here loads the
+# manager and registers its gin configurables (ReplayBufferManager, FrameStack,
+# the option groups), which must exist before gin parses the bindings: parsing
+# locks the config, and a configurable registered later is refused.
+smart_replay.ReplayBufferManager  # pylint: disable=pointless-statement
 
 FLAGS = flags.FLAGS
 

@@ -36,7 +36,6 @@ from tf_agents.train.utils import train_utils
 from tf_agents.utils import common
 
 import smart_replay
-from smart_replay.apps import binary
 from smart_replay.apps.envs import gymnasium_env
 
 flags.DEFINE_string('root_dir', None, 'Where the buffers and the agent go.')
@@ -131,4 +130,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.
+  app.run(main)

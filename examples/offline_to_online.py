@@ -12,8 +12,9 @@ checkpoints by path and fingerprint, never copied or written.
 python examples/offline_to_online.py --root_dir=/tmp/offline_to_online
 ```
 
-The elements each source gave are counted as batches are made
-(`sampling.mixing.count_sources`) and logged at the end.
+The elements each source gave are counted as batches are made (from
+`info.source`: `smart_replay.ONLINE` or `smart_replay.STARTER`) and logged at
+the end.
 """
 
 import os
@@ -32,9 +33,7 @@ from tf_agents.train.utils import spec_utils
 from tf_agents.train.utils import train_utils
 
 import smart_replay
-from smart_replay.apps import binary
 from smart_replay.apps.envs import gymnasium_env
-from smart_replay.sampling import mixing
 
 flags.DEFINE_string('root_dir', None, 'Where the buffers and the agent go.')
 flags.DEFINE_integer('starter_steps', 2000, 'Steps of the offline data.')
@@ -55,6 +54,21 @@ def make_starter(starter_dir: str, data_spec, env, steps: int) -> None:
                 train_utils.create_train_step(), steps_per_run=steps,
                 observers=[observer]).run()
     starter.checkpoint()
+
+
+def count_sources(dataset: tf.data.Dataset,
+                  counts: tf.Variable) -> tf.data.Dataset:
+  """The same batches; each adds its elements per source to `counts`.
+
+  `counts` is an int64 variable of shape [2], indexed by `info.source`
+  (`smart_replay.ONLINE`, `smart_replay.STARTER`). Batches are counted when
+  the dataset makes them (prefetched ones before they are used).
+  """
+  def count(experience, info):
+    counts.assign_add(tf.math.bincount(info.source[:, 0], minlength=2,
+                                       maxlength=2, dtype=tf.int64))
+    return experience, info
+  return dataset.map(count)
 
 
 def main(argv):
@@ -89,16 +103,17 @@ def main(argv):
   schedule = smart_replay.FractionSchedule(
       initial=FLAGS.initial_fraction, final=FLAGS.final_fraction,
       steps=FLAGS.num_iterations)
-  sources = tf.Variable(tf.zeros([2], tf.int64))  # [online, starter]
+  sources = tf.Variable(tf.zeros([2], tf.int64))  # By ONLINE, STARTER.
   dqn_learner = learner.Learner(
       os.path.join(FLAGS.root_dir, 'train'), train_step, agent,
-      lambda: mixing.count_sources(manager.get_dataset(
+      lambda: count_sources(manager.get_dataset(
           batch_size=64, num_steps=2, train_step=train_step,
           starter_fraction=schedule), sources))
   for _ in range(FLAGS.num_iterations):
     collect_actor.run()
     dqn_learner.run(iterations=1)
-  online, starter = sources.numpy()
+  online = sources[smart_replay.ONLINE].numpy()
+  starter = sources[smart_replay.STARTER].numpy()
   logging.info('Sampled %d elements from the online buffer and %d from the '
                'starter (%.0f%%); the online buffer holds %d items.', online,
                starter, 100 * starter / max(1, online + starter),
@@ -108,4 +123,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.
+  app.run(main)

@@ -44,9 +44,7 @@ from tf_agents.train.utils import spec_utils
 from tf_agents.train.utils import train_utils
 
 import smart_replay
-from smart_replay.apps import binary
 from smart_replay.apps.envs import gymnasium_env
-from smart_replay.spec import specs
 
 flags.DEFINE_string('root_dir', None, 'Where the server keeps the buffer.')
 flags.DEFINE_integer('num_actors', 2, 'Actor processes.')
@@ -94,7 +92,7 @@ def start_server(root_dir: str, data_spec, timeout_s: float):
   """Starts `smart-replay-serve`; returns the process, its address and its
   control token file."""
   spec_file = os.path.join(root_dir, 'spec.pbtxt')
-  specs.save_spec(spec_file, data_spec)
+  smart_replay.save_spec(spec_file, data_spec)
   port = portpicker.pick_unused_port()
   while not portpicker.is_port_free(port + 1):  # The control service's.
     port = portpicker.pick_unused_port()
@@ -165,4 +163,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.
+  app.run(main)

@@ -32,9 +32,7 @@ from tf_agents.train.utils import spec_utils
 from tf_agents.train.utils import train_utils
 
 import smart_replay
-from smart_replay.apps import binary
 from smart_replay.apps.envs import gymnasium_env
-from smart_replay.integrations import paired
 
 flags.DEFINE_string('root_dir', None, 'Where the buffer and the agent go.')
 flags.DEFINE_integer('initial_steps', 1000, 'Random steps before training.')
@@ -82,10 +80,10 @@ def train_eval(root_dir: str, *, initial_steps: int, num_iterations: int,
   manager = smart_replay.ReplayBufferManager(
       agent.collect_data_spec, capacity=100_000, checkpoint_dir=buffer_dir,
       sequence_length=2)
-  checkpointer = paired.PairedCheckpointer(
+  checkpointer = smart_replay.PairedCheckpointer(
       manager, agent_dir=agent_dir, train_step=train_step,
       interval=checkpoint_interval, agent=agent)
-  pair = paired.newest_pair(buffer_dir, agent_dir)
+  pair = smart_replay.newest_pair(buffer_dir, agent_dir)
   if pair is None:
     _, observer = manager.create_replay_buffer()
     actor.Actor(collect_env, random_py_policy.RandomPyPolicy(
@@ -135,4 +133,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.
+  app.run(main)

@@ -4,10 +4,11 @@ The first half is the buffer of TF-Agents' own examples, unchanged: a
 `reverb.Table`, a `reverb.Server` with a `DefaultCheckpointer`, TF-Agents'
 `ReverbReplayBuffer` and `ReverbAddTrajectoryObserver`, filled by an Actor
 and saved with `py_client.checkpoint()`. The second half imports that
-checkpoint into a smart_replay buffer (`tools.takeover`; the CLI is
-`smart-replay-import`), which checks the agent's spec against the stored
-data, and continues it with `ReplayBufferManager`: new steps, sampling and
-verified checkpoints. The plain checkpoint is only read.
+checkpoint into a smart_replay buffer
+(`smart_replay.import_reverb_checkpoint`; the CLI is `smart-replay-import`),
+which checks the agent's spec against the stored data, and continues it with
+`ReplayBufferManager`: new steps, sampling and verified checkpoints. The
+plain checkpoint is only read.
 
 ```bash
 python examples/takeover.py --root_dir=/tmp/takeover
@@ -31,9 +32,7 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import trajectory
 
 import smart_replay
-from smart_replay.apps import binary
 from smart_replay.apps.envs import gymnasium_env
-from smart_replay.tools import takeover
 
 flags.DEFINE_string('root_dir', None, 'Where both buffers go.')
 flags.DEFINE_integer('steps', 1000, 'Steps the plain buffer gets.')
@@ -79,8 +78,8 @@ def main(argv):
   write_plain_buffer(plain_dir, env, data_spec, FLAGS.steps)
 
   buffer_dir = os.path.join(FLAGS.root_dir, 'buffer')
-  takeover.import_reverb_checkpoint(plain_dir, buffer_dir,
-                                    data_spec=data_spec)  # Logs what it did.
+  smart_replay.import_reverb_checkpoint(plain_dir, buffer_dir,
+                                        data_spec=data_spec)  # Logs what it did.
   manager = smart_replay.ReplayBufferManager.from_checkpoint(buffer_dir)
   _, observer = manager.load_replay_buffer()
   actor.Actor(env, random_py_policy.RandomPyPolicy(
@@ -97,4 +96,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  binary.run(main)  # --help exits 0, a bad flag 2: as smart-replay-*.
+  app.run(main)

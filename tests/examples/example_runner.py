@@ -28,11 +28,22 @@ def run(name: str, args: List[str], cwd: str, timeout_s: float = 600
 
 
 def check_flags(name: str, cwd: str) -> None:
-  """`--help` exits 0 and names the flags; a misspelled flag exits 2 and
-  names it."""
+  """The example parses its flags as any absl program (`app.run(main)`).
+
+  absl 2.x exits 1 both after `--help` (the module docstring and the
+  program's own flags, on stdout) and on a bad flag (one line on stderr,
+  `FATAL Flags parsing error: Unknown command line flag 'root_dri'. Did you
+  mean: root_dir ?`, then a hint to pass --helpshort or --helpfull); `main`
+  does not run in either case.
+  """
   helped = run(name, ['--help'], cwd, timeout_s=120)
-  assert helped.returncode == 0, helped.stderr[-2000:]
+  assert helped.returncode == 1, helped.stderr[-2000:]
   assert '--root_dir' in helped.stdout
+  assert f'examples/{name}.py' in helped.stdout  # The docstring's command.
   typo = run(name, ['--root_dri=x'], cwd, timeout_s=120)
-  assert typo.returncode == 2, typo.stderr[-2000:]
-  assert 'root_dri' in typo.stderr
+  assert typo.returncode == 1, typo.stderr[-2000:]
+  errors = [line for line in typo.stderr.splitlines()
+            if line.startswith('FATAL Flags parsing error')]
+  assert len(errors) == 1, typo.stderr[-2000:]
+  assert "Unknown command line flag 'root_dri'" in errors[0], errors
+  assert os.listdir(cwd) == [], os.listdir(cwd)  # main did not run.

@@ -1,6 +1,6 @@
 """examples/sac_pendulum.py: a short run, then a resumed one."""
 
-from smart_replay.integrations import paired
+import smart_replay
 from tests.examples import example_runner
 
 
@@ -12,15 +12,15 @@ def test_a_run_checkpoints_agent_and_buffer_and_resumes(tmp_path):
                              cwd=str(tmp_path))
   assert first.returncode == 0, first.stderr[-3000:]
   assert 'Average return at train step 30' in first.stderr
-  pair = paired.newest_pair(str(root / 'buffer'), str(root / 'agent'))
+  pair = smart_replay.newest_pair(str(root / 'buffer'), str(root / 'agent'))
   assert pair.train_step == 30
   second = example_runner.run('sac_pendulum', args + ['--num_iterations=50'],
                               cwd=str(tmp_path))
   assert second.returncode == 0, second.stderr[-3000:]
   assert 'Resumed at train step 30' in second.stderr
   assert 'Average return at train step 50' in second.stderr
-  assert paired.newest_pair(str(root / 'buffer'),
-                            str(root / 'agent')).train_step == 50
+  assert smart_replay.newest_pair(str(root / 'buffer'),
+                                  str(root / 'agent')).train_step == 50
 
 
 def test_flags(tmp_path):
