@@ -1,18 +1,19 @@
-"""What `train_from_starter` checks before it starts anything.
+"""Whether a starter buffer can feed this training run.
 
-The starter's environment, spec and limiters, and the starter mode with its
-fraction schedule: each raises with the argument, its value and what was
-expected, before a server starts or a directory changes.
+`train_from_starter`'s arguments check themselves (`train_config`); what
+depends on the starter is checked here, from its manifest and provenance,
+before its server starts or a directory changes: the environment it was
+collected in, its spec against the agent's, its rate limiters against the
+alternating loop, and its sequence length against the 2-step transitions the
+agents train on. Each error names the starter, the value and what was
+expected.
 """
 
-from typing import Optional
+from typing import Any
 
 from smart_replay import errors
-from smart_replay.sampling import fraction_schedule as schedule_lib
 from smart_replay.spec import specs
 from smart_replay.tools import provenance
-
-MODES = ('copy', 'mix', 'none')  # How the starter's data is used.
 
 
 def starter_env(starter_dir: str) -> str:
@@ -34,46 +35,6 @@ def starter_env(starter_dir: str) -> str:
         f'cannot tell which environment {starter_dir} was collected in: its '
         f'{provenance.PROVENANCE_NAME} is missing or has no "env" ({e}). Pass '
         'env= explicitly.') from None
-
-
-def fraction_schedule(mode: str, initial: Optional[float],
-                      final: Optional[float], steps: Optional[int], kind: str
-                      ) -> Optional[schedule_lib.FractionSchedule]:
-  """The starter's share of each batch for `mode` ('mix'), else None.
-
-  Args:
-    mode: 'copy', 'mix' or 'none'.
-    initial: the share at train step 0 (None: 0.5).
-    final: the share to anneal to, or None.
-    steps: train steps of the annealing, or None.
-    kind: 'linear' or 'exponential'.
-
-  Returns:
-    A `FractionSchedule` for 'mix', None otherwise.
-
-  Raises:
-    ValueError: on an unknown mode, a fraction given outside 'mix', or an
-      invalid schedule (names the argument and its value).
-  """
-  if mode not in MODES:
-    raise ValueError(f'starter_mode must be one of {MODES}, got {mode!r}.')
-  given = {'starter_fraction': initial, 'starter_fraction_final': final,
-           'starter_fraction_steps': steps}
-  if mode != 'mix':
-    set_ = ', '.join(f'{k}={v}' for k, v in given.items() if v is not None)
-    if set_:
-      raise ValueError(f"{set_}: only for starter_mode='mix', got "
-                       f'starter_mode={mode!r}.')
-    return None
-  try:
-    return schedule_lib.FractionSchedule(
-        initial=0.5 if initial is None else initial, final=final, steps=steps,
-        kind=kind)
-  except ValueError as e:
-    raise ValueError(f'starter_fraction={initial}, starter_fraction_final='
-                     f'{final}, starter_fraction_steps={steps}, '
-                     f'starter_fraction_schedule={kind!r}: {e}') from None
-
 
 
 def check_no_ratio_limiter(starter_dir, table_configs, collect_steps,
@@ -130,3 +91,41 @@ def check_spec(starter_dir, starter_spec, agent_spec) -> None:
         f'collect_data_spec ({len(diffs)} difference(s)):\n'
         + '\n'.join(f'  {field}: starter {a}, agent {b}'
                     for field, a, b in diffs), diffs)
+
+
+def check_sequence_length(starter_dir, sequence_length: int) -> None:
+  """Raises ValueError unless the starter's items hold 2-step transitions.
+
+  Args:
+    starter_dir: the starter (for the message).
+    sequence_length: its steps per item.
+
+  Raises:
+    ValueError: if `sequence_length` is odd.
+  """
+  if sequence_length % 2:
+    raise ValueError(
+        f'the starter {starter_dir} has sequence_length={sequence_length}; '
+        'DQN and SAC train on 2-step transitions, so it must be even.')
+
+
+def check_starter(starter_dir, manager: Any, agent_spec, *,
+                  collect_steps: int, samples: int) -> None:
+  """Runs every check of this module on a starter's (unstarted) manager.
+
+  Args:
+    starter_dir: the starter (for the messages).
+    manager: a `ReplayBufferManager` configured from the starter's manifest.
+    agent_spec: the agent's `collect_data_spec`.
+    collect_steps: env steps per collect phase.
+    samples: items sampled per train phase.
+
+  Raises:
+    ManifestMismatchError: see `check_spec`.
+    WouldBlockError: see `check_no_ratio_limiter`.
+    ValueError: see `check_sequence_length`.
+  """
+  check_spec(starter_dir, manager.data_spec, agent_spec)
+  check_no_ratio_limiter(starter_dir, manager.table_configs, collect_steps,
+                         samples)
+  check_sequence_length(starter_dir, manager.sequence_length)

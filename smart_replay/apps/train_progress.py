@@ -1,19 +1,77 @@
-"""Progress of a training run: a bar on a terminal, log lines otherwise.
+"""What a training run reports after each collect + train phase.
 
-`TrainProgress` shows train steps against the target with rate and ETA, and
-beside them the environment steps (and their rate), finished episodes, the
-recent collect return and the buffer's size. It also writes the two rates as
-TensorBoard scalars, `train_steps_per_sec` (as TF-Agents'
-`StepPerSecondLogTrigger` names it) and `Metrics/EnvironmentStepsPerSecond`.
+`TrainReport` does it all at one train step, after each phase and once more
+at a last step off the phase grid:
+
+- into the Learner's train/ writer (`write_summaries`): TF-Agents' collect
+  metrics (`Metrics/<name>`), the buffer's scalars
+  (`smart_replay.telemetry`) and, with a starter mixed in (`StarterShare`),
+  its scheduled share of a batch and the share the batches really had;
+- `TrainProgress`: train steps against the target with rate and ETA, the
+  environment steps (and their rate), finished episodes, the recent collect
+  return and the buffer's size, as a bar on a terminal or a log line at an
+  interval otherwise. It also writes the two rates as TensorBoard scalars,
+  `train_steps_per_sec` (as TF-Agents' `StepPerSecondLogTrigger` names it)
+  and `Metrics/EnvironmentStepsPerSecond`.
 """
 
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 import tqdm
+
+from smart_replay.integrations import summaries
+from smart_replay.sampling import fraction_schedule as schedule_lib
+
+
+class StarterShare:
+  """The starter's scheduled share of a batch, and the share the batches
+  made since the last call had ('mix').
+
+  Args:
+    schedule: the starter's `FractionSchedule`.
+    sampled: the [2] int64 counts `sampling.dataset.count_sources` adds to.
+  """
+
+  def __init__(self, schedule: schedule_lib.FractionSchedule,
+               sampled: tf.Variable):
+    self._schedule, self._sampled = schedule, sampled
+    self._last = np.asarray(sampled.numpy())
+
+  def scalars(self, step: int) -> dict:
+    """`{tag: value}`: 'buffer/starter/fraction' (scheduled at `step`) and
+    'buffer/starter/sampled_fraction' (since the last call, if any batch)."""
+    now = self._sampled.numpy()
+    new, self._last = now - self._last, now
+    scalars = {'buffer/starter/fraction': self._schedule.value(step)}
+    if new.sum():
+      scalars['buffer/starter/sampled_fraction'] = new[1] / new.sum()
+    return scalars
+
+
+def write_summaries(writer: tf.summary.SummaryWriter,
+                    collect_metrics: Sequence[Any], manager: Any, step: int,
+                    share: Optional[StarterShare]) -> None:
+  """Writes the phase's scalars into `writer` at `step`.
+
+  Args:
+    writer: the Learner's summary writer.
+    collect_metrics: TF-Agents' collect metrics (named as
+      `Actor.write_metric_summaries` names them: `Metrics/<name>`).
+    manager: the started `ReplayBufferManager`.
+    step: the train step.
+    share: the starter's share ('mix'), or None.
+  """
+  with writer.as_default(), tf.summary.record_if(True):
+    for metric in collect_metrics:
+      tf.summary.scalar('Metrics/' + metric.name, metric.result(), step=step)
+    summaries.write_buffer_summaries(manager, step)
+    for tag, value in (share.scalars(step) if share else {}).items():
+      tf.summary.scalar(tag, value, step=step)
 
 
 class TrainProgress:
@@ -87,3 +145,56 @@ class TrainProgress:
     """Closes the bar (safe to call twice)."""
     if self._bar is not None:
       self._bar.close()
+
+
+class TrainReport:
+  """Writes a phase's scalars and shows the progress, at one train step.
+
+  Args:
+    writer: the Learner's train summary writer.
+    collect_metrics: TF-Agents' collect metrics, in the order
+      `actor.collect_metrics` makes them (episodes, environment steps,
+      average return, average episode length).
+    manager: the started `ReplayBufferManager`.
+    share: the starter's share ('mix'), or None.
+    progress: the run's `TrainProgress` (its rates go to `writer` too).
+  """
+
+  def __init__(self, *, writer: tf.summary.SummaryWriter,
+               collect_metrics: Sequence[Any], manager: Any,
+               share: Optional[StarterShare], progress: TrainProgress):
+    self._writer, self._metrics = writer, collect_metrics
+    self._manager, self._share, self._progress = manager, share, progress
+    self._written = None  # The train step of the last summaries.
+
+  def phase(self, step: int, loss: float) -> None:
+    """Reports the collect + train phase that reached `step`.
+
+    Args:
+      step: the train step reached.
+      loss: the phase's last training loss.
+    """
+    self._written = step
+    write_summaries(self._writer, self._metrics, self._manager, step,
+                    self._share)
+    episodes, env_steps, average_return, _ = self._metrics
+    self._progress.update(step=step, env_steps=int(env_steps.result()),
+                          episodes=int(episodes.result()),
+                          recent_return=float(average_return.result()),
+                          items=self._manager.num_frames(), loss=loss)
+
+  def close(self) -> None:
+    """Closes the progress bar (safe to call twice)."""
+    self._progress.close()
+
+  def finish(self, step: int) -> None:
+    """Writes the scalars at the run's last step unless a phase did.
+
+    Args:
+      step: the train step the run ends at (a stop before any training
+        phase, or a resumed run with nothing left to train, ends off the
+        phase grid).
+    """
+    if self._written != step:
+      write_summaries(self._writer, self._metrics, self._manager, step,
+                      self._share)

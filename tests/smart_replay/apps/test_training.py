@@ -228,3 +228,15 @@ def test_one_final_pair_when_the_last_step_is_a_checkpoint_step(
   # each with its agent partner (a repeated 200 would have dropped 100).
   assert sorted(buffer_steps) == [100, 200], buffer_steps
   assert set(buffer_steps) <= set(agent_steps)
+
+
+def test_a_train_config_trains_like_its_fields(cartpole_starter, tmp_path):
+  config = training.TrainConfig.from_fields(
+      starter_dir=cartpole_starter, run_dir=str(tmp_path / 'run'),
+      num_train_steps=50, collect_steps_per_iteration=50,
+      train_steps_per_iteration=50, checkpoint_every=100, eval_episodes=0)
+  result = training.train_from_starter(config)
+  assert result.train_step == 50 and result.run_dir == str(tmp_path / 'run')
+  assert result.checkpoint.train_step == 50
+  with pytest.raises(ValueError, match='TrainConfig or its fields, not both'):
+    training.train_from_starter(config, seed=1)
