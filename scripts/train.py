@@ -22,6 +22,12 @@ scalars), <run_dir>/eval (TensorBoard: the greedy return) and
 <run_dir>/result.json. Progress: a bar on a terminal, a log line every 10 s
 otherwise.
 
+Gin (--gin_file, --gin_bindings) binds the groups of
+smart_replay.apps.train_config by the flags' names (AgentSetup.agent,
+StarterUse.starter_mode, TrainLoop.batch_size, RunOutput.overwrite, ...) and
+the agents' networks (make_dqn_agent.*, make_sac_agent.*); a flag given on
+the command line wins over gin.
+
 Exit codes: 0 done; 2 bad input or an existing run; 128 + signal number after
 SIGINT/SIGTERM (a final paired checkpoint was written; continue with --resume).
 """

@@ -89,3 +89,13 @@ def test_missing_starter_exits_2(tmp_path):
       [TRAIN, f'--starter_dir={tmp_path / "none"}', f'--run_dir={tmp_path}/r'],
       capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
   assert result.returncode == 2 and 'no checkpoint to load' in result.stderr
+
+
+def test_an_old_gin_binding_exits_2_naming_it(tmp_path):
+  """train_from_starter is no longer gin-configurable: its groups are."""
+  result = subprocess.run(
+      [TRAIN, f'--starter_dir={tmp_path / "none"}', f'--run_dir={tmp_path}/r',
+       '--gin_bindings=train_from_starter.num_train_steps = 3'],
+      capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert "No configurable matching 'train_from_starter'" in result.stderr
