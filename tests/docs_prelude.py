@@ -76,9 +76,9 @@ def _atari_agent() -> Any:
 def _starter_buffer() -> None:
   """The starter `smart-replay-populate --buffer_name=office --num_runs=10`
   writes (the thermal building, its schedule policy)."""
-  from smart_replay.apps import populate  # pylint: disable=g-import-not-at-top
-  populate.populate_starter_buffer(buffer_name='office', num_runs=10,
-                                   show_progress=False)
+  import smart_replay  # pylint: disable=g-import-not-at-top
+  smart_replay.populate_starter_buffer(buffer_name='office', num_runs=10,
+                                       show_progress=False)
   assert os.path.isdir(STARTER), STARTER
 
 
