@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import numpy as np
+import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
@@ -209,6 +210,34 @@ def _trajectories(steps: list, with_info: bool) -> list:
   return out
 
 
+def _count_steps(episodes: tf.data.Dataset, steps_key: str) -> int:
+  """The steps of all episodes, counted inside tf.data.
+
+  The nested steps datasets have no known cardinality, so they are read to
+  the end. Both functions are traced as written: autograph would convert
+  them from their source file, and warns (running them as-is) when that
+  file no longer matches the loaded module or is not shipped.
+
+  Args:
+    episodes: a dataset of RLDS episodes.
+    steps_key: the field of an episode that holds its steps dataset.
+
+  Returns:
+    The number of steps.
+  """
+
+  @tf.autograph.experimental.do_not_convert
+  def steps_of(episode):
+    return episode[steps_key]
+
+  @tf.autograph.experimental.do_not_convert
+  def add_one(count, step):
+    del step  # Counted, not read.
+    return count + 1
+
+  return int(episodes.flat_map(steps_of).reduce(np.int64(0), add_one))
+
+
 def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
                 data_spec: Any = None,
                 sequence_length: int = 2, capacity: Optional[int] = None,
@@ -265,8 +294,7 @@ def import_rlds(dataset_dir: str, checkpoint_dir: str, *,
                      f'lack {missing} (they hold {sorted(step_spec)}).')
   with_info = 'policy_info' in step_spec
   info = _sidecar(dataset_dir)
-  total = int(episodes.flat_map(lambda e: e[rlds.STEPS]).reduce(
-      0, lambda count, _: count + 1))
+  total = _count_steps(episodes, rlds.STEPS)
   if info is not None:  # Our export: the exported table, exactly.
     manager = manager_lib.ReplayBufferManager(
         specs.spec_from_json(info['data_spec']), capacity=info['capacity'],

@@ -1,11 +1,16 @@
 """Real RLDS/TFDS: our export opens with TFDS and RLDS tools; any RLDS imports."""
 
+import linecache
+import logging
+import os
+
 import numpy as np
 import pytest
 
 import tree
 
 import smart_replay
+from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import reader as checkpoint_reader
 from tests import testing
 
@@ -88,6 +93,26 @@ def test_an_rlds_dataset_written_elsewhere_becomes_a_starter_buffer(tmp_path):
   discount = np.concatenate([b.discount[:, 0] for b in batches])
   # Into a terminal last step: discount 0 (5 falls); a truncation keeps 1.
   assert sorted(discount[next_type == 2].tolist()) == [0.0] * 5 + [1.0] * 5
+
+
+def test_counting_the_steps_converts_no_function_from_its_source(
+    tmp_path, monkeypatch, caplog):
+  """Autograph reads a function's source file to convert it, and warns (then
+  runs it as-is) when that file no longer matches the loaded module, e.g.
+  edited since import. The import's counting functions are never converted,
+  so an unreadable source changes nothing."""
+  total = _foreign_dataset(tmp_path / 'rlds')
+  source_file = rlds_io.__file__
+  getlines = linecache.getlines
+  monkeypatch.setattr(linecache, 'getlines', lambda f, *a: (
+      [] if f == source_file else getlines(f, *a)))
+  with caplog.at_level(logging.WARNING, logger='tensorflow'):
+    path = rlds_io.import_rlds(str(tmp_path / 'rlds'),
+                               str(tmp_path / 'buffer'))
+  assert [r.getMessage() for r in caplog.records
+          if 'AutoGraph' in r.getMessage()] == []
+  manifest = manifest_lib.read(os.path.join(path, manifest_lib.MANIFEST_NAME))
+  assert manifest['extra']['imported_steps'] == total
 
 
 def test_a_directory_that_is_not_rlds_is_named(tmp_path):
