@@ -29,25 +29,27 @@ def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
 
   Returns:
     `kwargs` with `data_spec`, `checkpoint_dir`, `capacity`,
-    `sequence_length`, `stride_length`, `table_configs` and `layout` added
-    from the
-    newest checkpoint with a readable manifest.
+    `sequence_length`, `stride_length`, `table_configs`, `layout` and
+    `frame_stack` added from the newest checkpoint with a readable manifest.
 
   Raises:
     ValueError: if `kwargs` sets something the manifest decides.
     CheckpointNotFoundError: if there is no checkpoint at `source`.
     CheckpointCorruptError: if no checkpoint there has a readable manifest.
   """
+  # The frame stack decides how the stored items are read, like the layout.
   controlled = sorted(set(kwargs) & {'data_spec', 'capacity', 'shape',
                                      'sequence_length', 'stride_length',
-                                     'table_configs', 'layout'})
+                                     'table_configs', 'layout',
+                                     'frame_stack'})
   if controlled:
     raise ValueError(f'from_checkpoint reads {controlled} from the '
                      "checkpoint's manifest; do not pass them (construct "
                      'ReplayBufferManager directly to change them).')
   candidates = checkpoint_folders.find_checkpoints(source)
-  stored = checkpoint_folders.first_usable(candidates, checkpoint_folders.read_manifest,
-                               failure=f'no readable manifest in {source}')
+  stored = checkpoint_folders.first_usable(
+      candidates, checkpoint_folders.read_manifest,
+      failure=f'no readable manifest in {source}')
   config = config_lib.BufferConfig.from_manifest(stored)
   return {'data_spec': config.data_spec,
           'checkpoint_dir': checkpoint_dir or checkpoint_folders.buffer_dir_of(
