@@ -10,7 +10,8 @@ Examples:
   smart-replay-inspect out/rlds --import_to=buffers/copy # any RLDS dataset
 
 Exit codes: 0 done; 2 no such buffer, a damaged checkpoint, an unreachable
-server, or bad flags (the message says which).
+server, or bad flags (the message says which); 128 + the signal number when
+SIGINT/SIGTERM stopped it between its parts (inspect writes no checkpoint).
 """
 
 import sys
@@ -62,6 +63,18 @@ flags.DEFINE_string('control_tls_cert_file', None, 'For mutual TLS: this '
 flags.DEFINE_string('control_tls_key_file', None, 'For mutual TLS: its key.')
 
 
+# Inspect is read-only: a stop ends it between its parts, writing nothing
+# (an interrupted --import_to leaves no checkpoint in the new buffer).
+STOP_MESSAGE = ('Signal %d: stopping when the current read, plot, export or '
+                'imported episode is done (send it again to quit at once).')
+
+
+def _stop_if_requested(stop):
+  """Ends the work between its parts once a signal asked to stop."""
+  if stop():
+    raise KeyboardInterrupt
+
+
 def _work(target, stop):
   if FLAGS.import_to:
     if FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz or FLAGS.json:
@@ -81,18 +94,20 @@ def _work(target, stop):
           tls_cert_file=FLAGS.control_tls_cert_file,
           tls_key_file=FLAGS.control_tls_key_file))
   print(json.dumps(description, indent=1) if FLAGS.json else
-        sharded_inspection.format_text(description))
+        sharded_inspection.format_text(description), flush=True)
   local = os.path.exists(target)
   if (FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz) and not local:
     raise ValueError('--plot and --export_* read checkpoint files; give a '
                      'buffer directory or checkpoint folder (on a server, '
                      "call checkpoint() and use the path it returns).")
   if FLAGS.plot:
+    _stop_if_requested(stop)
     titles = plots.plot_buffer(target, FLAGS.plot, table=FLAGS.table)
     print(f'Wrote {FLAGS.plot}: ' + '; '.join(titles), file=sys.stderr)
   for writer, out in ((rlds_io.write_rlds, FLAGS.export_rlds),
                       (export.export_npz, FLAGS.export_npz)):
     if out:
+      _stop_if_requested(stop)
       result = writer(target, out, table=FLAGS.table,
                       overwrite=FLAGS.overwrite)
       print(f'Exported {result.items} items of {result.table!r} from '
@@ -119,6 +134,7 @@ def main(argv):
   _, exit_code, _ = cli.run_stoppable(lambda stop: _work(argv[1], stop),
                                       verbose=FLAGS.verbose,
                                       quit_message='Interrupted.',
+                                      stop_message=STOP_MESSAGE,
                                       flag_names=('overwrite', 'table'))
   return exit_code or 0
 

@@ -1,9 +1,10 @@
 """Shared behaviour of the command-line binaries: signals and exit codes.
 
-Both `smart-replay-populate` and `smart-replay-train` stop gracefully on the
-first SIGINT/SIGTERM (a final checkpoint follows), quit at once on the second,
-report bad input as `error: ...` with exit code 2, and ignore late signals once
-the work is done so the exit code stays what it should be.
+The binaries stop gracefully on the first SIGINT/SIGTERM (in
+`smart-replay-populate` and `smart-replay-train` a final checkpoint follows;
+the read-only `smart-replay-inspect` writes none), quit at once on the
+second, report bad input as `error: ...` with exit code 2, and ignore late
+signals once the work is done so the exit code stays what it should be.
 """
 
 import re
@@ -18,21 +19,33 @@ from smart_replay import errors
 
 EXIT_BAD_INPUT = 2
 
+# What the first signal does in a binary that writes a final checkpoint when
+# it stops (%d: the signal number).
+FINAL_CHECKPOINT_STOP = (
+    'Signal %d: stopping after this step and writing a final checkpoint '
+    '(send it again to quit at once; the last completed checkpoint stays '
+    'loadable).')
+
 
 class StopRequest:
   """Turns SIGINT/SIGTERM into a graceful stop, and a second one into a quit.
 
   Install `handle` as the signal handler and pass the object itself as
-  `stop_requested`: the first signal asks collection to stop after the current
-  step (a final checkpoint follows); a second one raises `KeyboardInterrupt`
-  to quit at once, leaving the last completed checkpoint.
+  `stop_requested`: the first signal asks the work to stop at its next
+  stopping point (`message` says what follows, e.g. a final checkpoint); a
+  second one raises `KeyboardInterrupt` to quit at once.
+
+  Args:
+    message: logged at the first signal, with `%d` for the signal number.
 
   Attributes:
     signal: the number of the first signal received, or None.
+    message: what the first signal logs.
   """
 
-  def __init__(self):
+  def __init__(self, message: str = FINAL_CHECKPOINT_STOP):
     self.signal = None
+    self.message = message
 
   def __call__(self) -> bool:
     """Tells whether a stop was requested.
@@ -56,9 +69,7 @@ class StopRequest:
     if self.signal is not None:
       raise KeyboardInterrupt
     self.signal = signum
-    logging.warning('Signal %d: stopping after this step and writing a final '
-                    'checkpoint (send it again to quit at once; the last '
-                    'completed checkpoint stays loadable).', signum)
+    logging.warning(self.message, signum)
 
 
 def interrupted_exit_code(stop: StopRequest) -> int:
@@ -98,17 +109,22 @@ def as_flags(message: str, names: Iterable[str]) -> str:
 
 
 def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
-                  flag_names: Iterable[str] = (), verbose: bool = False
+                  flag_names: Iterable[str] = (), verbose: bool = False,
+                  stop_message: str = FINAL_CHECKPOINT_STOP
                   ) -> Tuple[Optional[Any], Optional[int], StopRequest]:
   """Runs `work(stop)` with SIGINT/SIGTERM turned into a `StopRequest`.
 
   Args:
     work: called with the `StopRequest` to poll (pass it as
       `stop_requested`).
-    quit_message: printed to stderr when a second signal quits at once.
+    quit_message: printed to stderr when `work` ends with
+      `KeyboardInterrupt` (a second signal, or a stop it made).
     flag_names: arguments of `work`'s library call that are flags of the
       binary; error messages name them as flags (see `as_flags`).
     verbose: print the traceback of a bad-input error before its line.
+    stop_message: logged at the first signal (`%d`: its number); the
+      default promises a final checkpoint, so a binary that writes none
+      passes its own.
 
   Returns:
     `(result, exit_code, stop)`: `exit_code` is None when `work` returned
@@ -116,7 +132,7 @@ def run_stoppable(work: Callable[[StopRequest], Any], *, quit_message: str,
     after the error was printed: 2 for bad input or an unusable path, 128 +
     signal after a quit.
   """
-  stop = StopRequest()
+  stop = StopRequest(stop_message)
   signal.signal(signal.SIGINT, stop.handle)
   signal.signal(signal.SIGTERM, stop.handle)
   try:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -58,3 +59,27 @@ def test_missing_and_corrupt_exit_2_with_the_reason(tmp_path, data_spec):
   assert 'damaged' in corrupt.stderr and 'items.tfrecord' in corrupt.stderr
   unreachable = _inspect('localhost:1', '--timeout_s=1')
   assert unreachable.returncode == 2 and 'localhost:1' in unreachable.stderr
+
+
+def test_a_signal_stops_inspect_and_promises_no_checkpoint(tmp_path,
+                                                           data_spec):
+  source, _, _ = _buffer(tmp_path, data_spec)
+  process = subprocess.Popen(
+      [CONSOLE_SCRIPT, source, f'--plot={tmp_path}/p.png',
+       f'--export_npz={tmp_path}/t.npz', f'--export_rlds={tmp_path}/rlds'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+  # The description comes first (flushed): the work, with its signal
+  # handlers, is under way; the plot and both exports follow.
+  described = process.stdout.readline()
+  assert described, process.communicate()[1][-3000:]
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 128 + signal.SIGINT, stderr[-3000:]
+  said = [line for line in stderr.splitlines()
+          if f'Signal {int(signal.SIGINT)}:' in line]
+  assert len(said) == 1, stderr[-3000:]
+  assert 'stopping' in said[0] and 'checkpoint' not in said[0].lower()
+  assert 'Interrupted.' in stderr
+  # Stopped before the exports: nothing more was written.
+  assert not os.path.exists(tmp_path / 't.npz')
+  assert not os.path.exists(tmp_path / 'rlds')
