@@ -18,6 +18,7 @@ from tf_agents.replay_buffers import reverb_utils
 import tree
 
 from smart_replay import _reverb_internal as reverb_internal
+from smart_replay.config import options
 from smart_replay.writing import chunking
 from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
@@ -73,7 +74,7 @@ def write_ours(client: reverb.Client, spec, steps, *,
   return _write_all(observer_lib.TrajectoryObserver(
       client, tables=[buffer.table(1)], data_spec=spec,
       layout=buffer.step_layout(spec), num_envs=num_envs,
-      chunk_length=chunk_length), steps)
+      writes=options.WriteOptions(chunk_length=chunk_length)), steps)
 
 
 def _write_reverb_floor(client: reverb.Client, spec, steps, *,

@@ -71,7 +71,7 @@ from smart_replay.apps.envs import factory as env_factory
 from smart_replay.integrations import paired as paired_checkpoint
 from smart_replay.manager import facade as manager_lib
 from smart_replay.sampling import fraction_schedule as schedule_lib
-from smart_replay.sampling import mixing as mixing_dataset
+from smart_replay.sampling import dataset as mixing_dataset
 
 MODES = train_config.MODES
 BUFFER_DIR = train_config.BUFFER_DIR

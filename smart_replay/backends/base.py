@@ -2,12 +2,12 @@
 
 import abc
 import dataclasses
-from typing import (Any, Callable, ContextManager, Dict, List, Mapping,
-                    Optional, Tuple)
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import reverb
 
 from smart_replay import errors
+from smart_replay.backends import instances as instances_lib
 from smart_replay.config import buffer as config_lib
 
 
@@ -32,6 +32,51 @@ class Started:
   shards: Tuple[reverb.Client, ...] = ()
 
 
+class Snapshot(abc.ABC):
+  """An exact snapshot of a buffer's tables, read after it was taken."""
+
+  @abc.abstractmethod
+  def times_sampled(self) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}`."""
+
+  def items(self, table: str) -> List[Any]:
+    """Every item of `table` (`CheckpointReader` items).
+
+    Args:
+      table: the table's name.
+
+    Raises:
+      ManagerStateError: where the snapshot holds counts only (client mode).
+    """
+    raise errors.ManagerStateError(
+        f'the items of table {table!r} are read from a snapshot on the '
+        "server's disk; read them where the buffer is served.")
+
+  def close(self) -> None:
+    """Lets go of what the snapshot holds (its files)."""
+
+  def __enter__(self) -> 'Snapshot':
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+
+class CountsSnapshot(Snapshot):
+  """A snapshot a server took and answered with its counts.
+
+  Args:
+    counts: `{table: {item key: times sampled}}`.
+  """
+
+  def __init__(self, counts: Dict[str, Dict[int, int]]):
+    self._counts = counts
+
+  def times_sampled(self) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}`."""
+    return self._counts
+
+
 class Backend(abc.ABC):
   """Starts, saves and describes a buffer in one mode (local or client).
 
@@ -39,14 +84,15 @@ class Backend(abc.ABC):
     config: the buffer's `BufferConfig`; None while not known (client mode
       before `connect`).
     where: the buffer, for messages (its directory, or the server).
-    restart_check_s: how often to call `restarted()` between writes; None
-      when the server cannot restart under the manager (in-process).
+    watch_interval_s: how often the manager's watcher calls
+      `check_servers()` and `restarted()`; None when no server can go down
+      or restart under the manager (an in-process server).
   """
   # {manager method: why this mode does not offer it}.
   UNSUPPORTED: Mapping[str, str] = {}
   config: Optional[config_lib.BufferConfig] = None
   where: str = ''
-  restart_check_s: Optional[float] = None
+  watch_interval_s: Optional[float] = None
 
   def require(self, method: str) -> None:
     """Raises unless this mode offers the manager's `method`.
@@ -104,35 +150,20 @@ class Backend(abc.ABC):
     self.require('connect')
     raise NotImplementedError('connect')
 
-  def snapshot_items(self, table: str, *,
-                     pause: Callable[[], ContextManager[Any]]) -> List[Any]:
-    """Every item of `table`, read from an exact snapshot.
-
-    Args:
-      table: the table's name.
-      pause: returns a context that flushes and pauses the writers.
-
-    Returns:
-      `CheckpointReader` items.
-    """
-    self.require('epoch')
-    raise NotImplementedError('epoch')
-
   @abc.abstractmethod
   def existing_checkpoints(self) -> List[str]:
     """The buffer's `ckpt-N` folders, oldest first."""
 
   @abc.abstractmethod
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]],
-                 flush: Callable[[], None],
+                 counts: Dict[str, Any],
                  starter: Optional[Dict[str, Any]] = None) -> str:
-    """Flushes the observers and writes a verified checkpoint.
+    """Writes a verified checkpoint (the manager flushed its observers and
+    waited for an earlier save first: `wait_for_pending_save`).
 
     Args:
       extra: user metadata for the manifest.
-      flush: flushes the manager's observers.
-      counts: returns the manifest's counts once the observers are flushed.
+      counts: the manifest's counts of what the observers wrote.
       starter: the reference to a read-only starter table
         (`StarterSource.reference()`) the manifest stores beside the config.
 
@@ -141,27 +172,56 @@ class Backend(abc.ABC):
     """
 
   @abc.abstractmethod
-  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
-                    ) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}` from an exact snapshot.
+  def snapshot(self) -> 'Snapshot':
+    """Takes an exact snapshot of the tables now (the manager pauses its
+    writers around this call; a server of client mode pauses its own).
 
-    Args:
-      pause: returns a context that pauses the writers.
+    Returns:
+      The snapshot, to read and close (a context manager).
     """
 
-  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
-    """Whether the server is a new instance since the last call (client
-    mode).
+  def restarted(self, *, patient: bool = True,
+                answered: Optional[Dict[str, Any]] = None
+                ) -> Optional[Dict[str, Any]]:
+    """Whether the server the observers write to is a new instance since
+    the last call (client mode); each restart is reported once.
 
     Args:
       patient: retry a server that does not answer (after a reconnect);
         False: one bounded attempt (a periodic check).
+      answered: the instance it just answered with (`check_servers`), so it
+        is not asked again; None asks it.
 
     Returns:
       The new instance's `{'restored_save_started': ...}`, or None if the
       server did not restart (always None for an in-process server).
     """
+    del patient, answered
     return None
+
+  def check_servers(self, timeout_s: float
+                    ) -> List[instances_lib.Change]:
+    """Asks every server which instance serves (once each, bounded).
+
+    Args:
+      timeout_s: how long each server may take to answer.
+
+    Returns:
+      What changed since the last call, server by server (none for an
+      in-process server).
+    """
+    del timeout_s
+    return []
+
+  def server_states(self) -> List[Dict[str, Any]]:
+    """Per server: `{'address', 'up', 'down_events'}` as the last
+    `check_servers` saw them (empty for one server)."""
+    return []
+
+  @property
+  def writer_server(self) -> int:
+    """The index of the server the observers write to (its shard)."""
+    return 0
 
   def wait_for_pending_save(self) -> None:
     """Waits for a save that timed out earlier, if the mode has one."""

@@ -9,7 +9,8 @@ and comparing its manifest, and checks what the new server serves and holds.
 import contextlib
 import dataclasses
 import os
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
+import shutil
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from absl import logging
 import portpicker
@@ -292,59 +293,32 @@ class LocalBackend(base.Backend):
     return self._store.checkpoints()
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]],
-                 flush: Callable[[], None],
+                 counts: Dict[str, Any],
                  starter: Optional[Dict[str, Any]] = None) -> str:
-    """Waits for an earlier timed-out save, flushes, then saves (with the
-    buffer config and `counts()`) through the `Checkpointer`.
+    """Saves (with the buffer config and `counts`) through the
+    `Checkpointer`.
 
     Args:
       extra: user metadata for the manifest.
-      counts: the manager's counts, read once the observers are flushed.
-      flush: flushes the manager's observers.
+      counts: the manager's counts of what its flushed observers wrote.
       starter: a starter reference the manifest stores under 'starter'.
 
     Returns:
       The new `ckpt-N` folder.
     """
-    self._checkpointer.wait_for_pending_save()
-    flush()
     config = self.config.to_manifest()
     if starter is not None:
       config = {**config, 'starter': starter}
-    return self._checkpointer.save(config, counts(), extra=extra)
+    return self._checkpointer.save(config, counts, extra=extra)
 
-  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
-                    ) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}` from a throwaway snapshot.
-
-    Args:
-      pause: returns a context that pauses the writers.
+  def snapshot(self) -> base.Snapshot:
+    """A throwaway Reverb save of the tables, read from its files.
 
     Returns:
-      The counts per table and item.
+      A `FolderSnapshot` (its folder is deleted when it closes).
     """
-    counts = {}
-    for item in self._checkpointer.snapshot(checkpoint_files.read_items,
-                                            pause=pause):
-      counts.setdefault(item.table, {})[item.key] = item.times_sampled
-    return counts
-
-  def snapshot_items(self, table: str, *,
-                     pause: Callable[[], ContextManager[Any]]) -> List[Any]:
-    """Every item of `table` from a snapshot taken after flushing.
-
-    Args:
-      table: the table's name.
-      pause: returns a context that flushes and pauses the writers.
-
-    Returns:
-      `CheckpointReader` items.
-    """
-    return self._checkpointer.snapshot(
-        lambda path: list(checkpoint_reader.CheckpointReader(
-            path, layout=self.config.step_layout).items(table)),
-        pause=pause)
+    return FolderSnapshot(self._checkpointer.snapshot(),
+                          self.config.step_layout)
 
   def wait_for_pending_save(self) -> None:
     """Waits (bounded) for a checkpoint that timed out earlier."""
@@ -365,3 +339,34 @@ class LocalBackend(base.Backend):
       self._checkpointer.close()
     self._dir_lock.release()
 
+
+class FolderSnapshot(base.Snapshot):
+  """A throwaway Reverb save, read without a server.
+
+  Args:
+    path: the saved folder (deleted by `close`).
+    layout: the buffer's layout, to decode its items.
+  """
+
+  def __init__(self, path: str, layout: Any):
+    self._path, self._layout = path, layout
+
+  def times_sampled(self) -> Dict[str, Dict[int, int]]:
+    """`{table: {item key: times sampled}}`."""
+    counts = {}
+    for item in checkpoint_files.read_items(self._path):
+      counts.setdefault(item.table, {})[item.key] = item.times_sampled
+    return counts
+
+  def items(self, table: str) -> List[Any]:
+    """Every item of `table`, decoded (`CheckpointReader` items).
+
+    Args:
+      table: the table's name.
+    """
+    return list(checkpoint_reader.CheckpointReader(
+        self._path, layout=self._layout).items(table))
+
+  def close(self) -> None:
+    """Deletes the folder."""
+    shutil.rmtree(self._path, ignore_errors=True)

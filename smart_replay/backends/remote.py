@@ -9,13 +9,14 @@ notices when a reconnect reached a restarted server.
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 import reverb
 
 from smart_replay import errors
 from smart_replay.backends import base
+from smart_replay.backends import instances as instances_lib
 from smart_replay.config import buffer as config_lib
 from smart_replay.config import options
 from smart_replay.config import record
@@ -62,11 +63,12 @@ class RemoteBackend(base.Backend):
     self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
     # Guards the instance seen last (observers reconnect from their threads).
     self._instance_lock = threading.Lock()
-    self.restart_check_s = location.restart_check_s
+    self.watch_interval_s = location.restart_check_s
     self.where = f'the server at {server_address}'
     self.config = None
-    self._control = None
+    self._control = self._probe = None
     self._served = None  # The server's 'info' answer.
+    self._instances = instances_lib.Instances([server_address], [None])
     local = ('{method}() starts a local server; this manager is a client of '
              f'{server_address} (the server creates, loads and checkpoints '
              'the buffer): call connect().')
@@ -82,6 +84,11 @@ class RemoteBackend(base.Backend):
   def checkpoint_dir(self) -> Optional[str]:
     """The server's buffer directory, on its machine, once connected."""
     return self._served['checkpoint_dir'] if self._control else None
+
+  @property
+  def served_instance(self) -> Optional[Dict[str, Any]]:
+    """The instance that answered `connect()` (None before)."""
+    return (self._served.get('instance') or {}) if self._served else None
 
   @property
   def keep_checkpoints(self) -> Optional[int]:
@@ -123,6 +130,8 @@ class RemoteBackend(base.Backend):
             f'local spec ({len(diffs)} difference(s)):\n'
             + record.format_differences(diffs, 'server', 'local'), diffs)
       self._control, self._served = control, served
+      self._instances = instances_lib.Instances(
+          [self._address], [served.get('instance') or {}])
     except BaseException:
       control.close()
       self._control = self._served = self.config = None
@@ -191,15 +200,13 @@ class RemoteBackend(base.Backend):
     return self.call('info', timeout_s=self._connect_timeout_s)['checkpoints']
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]],
-                 flush: Callable[[], None],
+                 counts: Dict[str, Any],
                  starter: Optional[Dict[str, Any]] = None) -> str:
-    """Flushes the observers, then has the server checkpoint.
+    """Has the server checkpoint (the manager flushed its observers).
 
     Args:
       extra: user metadata for the manifest.
       counts: unused: the server counts what it saves.
-      flush: flushes the manager's observers.
       starter: unused: client mode has no starter table (the manager
         refuses `starter_dir` with `server_address`).
 
@@ -210,51 +217,53 @@ class RemoteBackend(base.Backend):
       ServerUnavailableError: if the server does not answer within
         3 x `checkpoint_timeout_s`.
     """
-    del counts  # The server counts what it saves.
-    flush()
+    del counts, starter  # The server counts what it saves.
     # The server may first wait for its own save in progress.
     path = self.call('checkpoint', {'extra': extra},
                       timeout_s=3 * self._checkpoint_timeout_s)
     logging.info('The server at %s checkpointed to %s', self._address, path)
     return path
 
-  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
-                    ) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}`, from the server's snapshot.
-
-    Args:
-      pause: unused: the server pauses its own writers.
+  def snapshot(self) -> base.Snapshot:
+    """The server's snapshot of its tables (it pauses its own writers).
 
     Returns:
-      The counts per table and item.
+      A `base.CountsSnapshot` of `{table: {item key: times sampled}}`.
     """
-    del pause  # The server takes the snapshot.
     served = self.call('times_sampled', timeout_s=self._checkpoint_timeout_s)
-    return {name: {int(key): n for key, n in per_item.items()}
-            for name, per_item in served.items()}
+    return base.CountsSnapshot({
+        name: {int(key): n for key, n in per_item.items()}
+        for name, per_item in served.items()})
 
-  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
+  def restarted(self, *, patient: bool = True,
+                answered: Optional[Dict[str, Any]] = None
+                ) -> Optional[Dict[str, Any]]:
     """Asks the server whether it is a new instance (it was restarted) since
-    the last answer: after an observer reconnected, at flushes and
-    checkpoints, and every `restart_check_s`.
+    the last answer: at the manager's flushes and checkpoints, and from its
+    watcher (every `restart_check_s`, and at once after a write waited for
+    the server).
 
     Args:
       patient: retry for up to 3 x `connect_timeout_s` while the server does
         not answer (and warn if it never does); False: ask once and say
         nothing if it does not answer (the next check asks again).
+      answered: the instance the server just answered with
+        (`check_servers`); None asks it.
 
     Returns:
       The new instance (`restored_save_started` says which items the restart
       lost), or None if it is the same server or could not be asked.
     """
-    try:
-      instance = self._ask_instance(patient=patient)
-    except errors.SmartReplayError as e:
-      if patient:
-        logging.warning('Could not ask the server at %s whether it restarted '
-                        '(%s); items a restart lost are not counted.',
-                        self._address, e)
-      return None
+    instance = answered
+    if instance is None:
+      try:
+        instance = self._ask_instance(patient=patient)
+      except errors.SmartReplayError as e:
+        if patient:
+          logging.warning('Could not ask the server at %s whether it '
+                          'restarted (%s); items a restart lost are not '
+                          'counted.', self._address, e)
+        return None
     with self._instance_lock:
       if self._served is None:
         return None  # Disconnected meanwhile.
@@ -287,8 +296,44 @@ class RemoteBackend(base.Backend):
         control.close()
       time.sleep(0.5)
 
+  def instance(self, timeout_s: float) -> Optional[Dict[str, Any]]:
+    """Which instance of the server answers now, asked once.
+
+    The channel is kept between calls and made anew after a failure (gRPC
+    would back off on the old one).
+
+    Args:
+      timeout_s: how long the server may take to answer.
+
+    Returns:
+      The instance (`{'id', ...}`), or None if it did not answer.
+    """
+    if self._probe is None:
+      self._probe = control_lib.ControlClient(self._control_address,
+                                              credentials=self.credentials)
+    try:
+      return self._probe.call('info', timeout_s=timeout_s).get(
+          'instance') or {}
+    except errors.SmartReplayError:
+      self._probe.close()
+      self._probe = None
+      return None
+
+  def check_servers(self, timeout_s: float
+                    ) -> List[instances_lib.Change]:
+    """Asks the server which instance serves; see `Backend.check_servers`.
+
+    Args:
+      timeout_s: how long it may take to answer.
+
+    Returns:
+      What changed since the last check.
+    """
+    return self._instances.update([self.instance(timeout_s)])
+
   def stop(self) -> None:
-    """Closes the control channel; the server keeps running."""
-    if self._control is not None:
-      self._control.close()
-    self._control = None
+    """Closes the control channels; the server keeps running."""
+    for control in (self._control, self._probe):
+      if control is not None:
+        control.close()
+    self._control = self._probe = None

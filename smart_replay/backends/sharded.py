@@ -15,18 +15,23 @@ import dataclasses
 import os
 import socket
 import zlib
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from absl import logging
 
 from smart_replay import errors
 from smart_replay.backends import base
+from smart_replay.backends import instances as instances_lib
 from smart_replay.backends import coordinated_checkpoints
 from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
 from smart_replay.config import record
 from smart_replay.server import control_access
+
+
+# Seconds between two checks of every shard (at most).
+SHARD_CHECK_INTERVAL_S = 0.5
 
 
 def writer_shard(actor_id: Optional[int], num_shards: int) -> int:
@@ -67,7 +72,12 @@ class ShardedBackend(base.Backend):
         timeouts=timeouts, credentials=self.credentials)
                     for address in self.addresses]
     self.writer_shard = writer_shard(location.actor_id, len(self.addresses))
-    self.restart_check_s = location.restart_check_s
+    # Shards are checked often: a shard that stops answering must stop
+    # getting a share of the learner's batches soon.
+    self.watch_interval_s = min(location.restart_check_s,
+                                SHARD_CHECK_INTERVAL_S)
+    self._instances = instances_lib.Instances(self.addresses,
+                                              [None] * len(self.addresses))
     self.where = f'the {len(self.addresses)} shards {list(self.addresses)}'
     self.UNSUPPORTED = {method: why for method, why in
                         self._shards[0].UNSUPPORTED.items()
@@ -105,6 +115,8 @@ class ShardedBackend(base.Backend):
       self.stop()
       raise
     self.config = started[0].config
+    self._instances = instances_lib.Instances(
+        self.addresses, [shard.served_instance for shard in self._shards])
     logging.info('Connected to a buffer sharded over %s; this client writes '
                  'to shard %d (%s).', list(self.addresses), self.writer_shard,
                  self.addresses[self.writer_shard])
@@ -136,16 +148,14 @@ class ShardedBackend(base.Backend):
             for path in shard.existing_checkpoints()]
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
-                 counts: Callable[[], Dict[str, Any]],
-                 flush: Callable[[], None],
+                 counts: Dict[str, Any],
                  starter: Optional[Dict[str, Any]] = None) -> str:
-    """Flushes the observers, then writes one coordinated checkpoint of every
-    shard (`coordinated_checkpoints.save`).
+    """Writes one coordinated checkpoint of every shard
+    (`coordinated_checkpoints.save`; the manager flushed its observers).
 
     Args:
       extra: user metadata, kept with every shard's checkpoint.
       counts: unused: the servers count what they save.
-      flush: flushes the manager's observers.
       starter: unused (client mode serves no starter).
 
     Returns:
@@ -157,11 +167,12 @@ class ShardedBackend(base.Backend):
         (names it); the coordinated checkpoint is then ignored by restores.
     """
     del counts, starter  # The servers count what they save.
-    if extra and coordinated_checkpoints.EXTRA_KEY in extra:
-      raise ValueError(f'extra may not hold the key {coordinated_checkpoints.EXTRA_KEY!r}'
-                       f' (the coordinated id goes there), got {extra!r}.')
-    flush()
-    record = coordinated_checkpoints.save(self._call, self.addresses, extra=extra)
+    reserved = coordinated_checkpoints.EXTRA_KEY
+    if extra and reserved in extra:
+      raise ValueError(f'extra may not hold the key {reserved!r} (the '
+                       f'coordinated id goes there), got {extra!r}.')
+    record = coordinated_checkpoints.save(self._call, self.addresses,
+                                          extra=extra)
     return '\n'.join([f'coordinated {record["id"]}'] + [
         f'{shard["address"]} {shard["path"]}' for shard in record['shards']])
 
@@ -205,26 +216,51 @@ class ShardedBackend(base.Backend):
     """Calls a control method on shard `shard`."""
     return self._shards[shard].call(method, args)
 
-  def times_sampled(self, *, pause: Callable[[], ContextManager[Any]]
-                    ) -> Dict[str, Dict[int, int]]:
-    """`{table: {item key: times sampled}}` over every shard.
-
-    Args:
-      pause: unused: the servers take the snapshots.
+  def snapshot(self) -> base.Snapshot:
+    """Every shard's snapshot (each server pauses its own writers).
 
     Returns:
-      The counts per table and item (keys are unique across shards).
+      A `base.CountsSnapshot` over every shard (keys are unique across
+      shards).
     """
     merged = {}
     for shard in self._shards:
-      for table, per_item in shard.times_sampled(pause=pause).items():
-        merged.setdefault(table, {}).update(per_item)
-    return merged
+      with shard.snapshot() as taken:
+        for table, per_item in taken.times_sampled().items():
+          merged.setdefault(table, {}).update(per_item)
+    return base.CountsSnapshot(merged)
 
-  def restarted(self, *, patient: bool = True) -> Optional[Dict[str, Any]]:
+  def restarted(self, *, patient: bool = True,
+                answered: Optional[Dict[str, Any]] = None
+                ) -> Optional[Dict[str, Any]]:
     """Whether the writer shard was restarted (the only one this client's
     observers can have lost items on); see `RemoteBackend.restarted`."""
-    return self._shards[self.writer_shard].restarted(patient=patient)
+    return self._shards[self.writer_shard].restarted(patient=patient,
+                                                     answered=answered)
+
+  @property
+  def writer_server(self) -> int:
+    """The shard the observers write to."""
+    return self.writer_shard
+
+  def check_servers(self, timeout_s: float
+                    ) -> List[instances_lib.Change]:
+    """Asks every shard which instance serves, one after the other; see
+    `Backend.check_servers`.
+
+    Args:
+      timeout_s: how long each shard may take to answer.
+
+    Returns:
+      What changed since the last check, shard by shard.
+    """
+    return self._instances.update(
+        [shard.instance(timeout_s) for shard in self._shards])
+
+  def server_states(self) -> List[Dict[str, Any]]:
+    """Per shard: `{'address', 'up', 'down_events'}` as the last check saw
+    them."""
+    return self._instances.states()
 
   def stop(self) -> None:
     """Closes every shard's control channel; the servers keep running."""

@@ -1,9 +1,12 @@
 """Which tables can be drawn from together: a mix (a buffer's own table and
 a starter's) or the shards of one table. Queues, tables that delete what is
-sampled and tables of packed items cannot; shards must share one config.
+sampled and tables of packed items cannot; shards must share one config; a
+starter must store its steps as the buffer does.
 """
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+from smart_replay.spec import specs
 
 
 def check_drawable(config: Any, what: str) -> None:
@@ -51,3 +54,46 @@ def check_shards(configs: Sequence[Any]) -> None:
             f'{other.get(field)!r}, shard 0 with {first[field]!r}; a sharded '
             'buffer needs one table config on every shard.')
   check_drawable(configs[0], 'the sharded table')
+
+
+def check_mixable(online: Any, starter: Any, *, online_spec: Any,
+                  starter_spec: Any, online_layout: Mapping[str, Any],
+                  starter_layout: Mapping[str, Any]) -> None:
+  """Raises ValueError unless a starter's table can share a batch with the
+  buffer's own.
+
+  Args:
+    online: the buffer's table's resolved `TableConfig`.
+    starter: the starter's table's resolved `TableConfig`.
+    online_spec: the buffer's step spec (`data_spec`).
+    starter_spec: the starter's.
+    online_layout: the buffer's layout as its manifest records it
+      (`Layout.describe()`).
+    starter_layout: the starter's likewise.
+
+  Raises:
+    ValueError: naming the table, what differs and both values.
+  """
+  for side, config in (('online', online), ('starter', starter)):
+    check_drawable(config, f'the {side} table')
+  for field in ('kind', 'item_length'):
+    if getattr(online, field) != getattr(starter, field):
+      raise ValueError(
+          f'the starter table {starter.name!r} has {field}='
+          f'{getattr(starter, field)!r} but the online table {online.name!r} '
+          f'has {getattr(online, field)!r}; mixed batches need items of one '
+          'shape.')
+  diffs = specs.diff_specs(starter_spec, online_spec)
+  if diffs:
+    raise ValueError(
+        'the starter and the online table store different steps: '
+        + '; '.join(f'{f}: starter {a}, online {b}' for f, a, b in diffs))
+  differing = sorted(k for k in set(online_layout) | set(starter_layout)
+                     if online_layout.get(k) != starter_layout.get(k))
+  if differing:
+    raise ValueError(
+        'the starter and the online buffer store their steps differently '
+        f'(layout {differing}: starter '
+        f'{ {k: starter_layout.get(k) for k in differing} }, online '
+        f'{ {k: online_layout.get(k) for k in differing} }); mixed batches '
+        'need one stored step.')

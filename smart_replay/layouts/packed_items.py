@@ -129,9 +129,9 @@ def _window_info(info: Any) -> Any:
                        tf.cast(info.priority, tf.float64))
 
 
-def cut_windows(length: int, windows_per_item: int, batch_size: int
+def cut_windows(length: int, windows_per_item: int
                 ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
-  """A `tf.data` map from a batch of sampled blocks to a batch of windows.
+  """A `tf.data` map from a batch of sampled blocks to their windows.
 
   Each block gives `windows_per_item` windows, each starting uniformly at
   random among the block's windows (its priority), independently; a
@@ -142,13 +142,11 @@ def cut_windows(length: int, windows_per_item: int, batch_size: int
   Args:
     length: steps per window (the table's `sequence_length`).
     windows_per_item: windows cut from each block.
-    batch_size: windows per output batch (the input holds
-      `ceil(batch_size / windows_per_item)` blocks; extra windows are
-      dropped).
 
   Returns:
     `fn(sample) -> sample`: data `[blocks, 1, block_length, bytes]` to
-    `[batch_size, length, bytes]`, info `[blocks]` to `[batch_size]`.
+    `[blocks * windows_per_item, length, bytes]`, info `[blocks]` to
+    `[blocks * windows_per_item]`.
   """
   def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
     blocks = sample.data[:, 0]  # [blocks, block_length, bytes]
@@ -157,12 +155,11 @@ def cut_windows(length: int, windows_per_item: int, batch_size: int
     windows = tf.gather(blocks, steps, batch_dims=1)
     rows = -1 if blocks.shape[0] is None else blocks.shape[0] * (
         windows_per_item)  # Static when whole batches of blocks are taken.
-    data = tf.reshape(windows, [rows, length, blocks.shape[-1]])[:batch_size]
+    data = tf.reshape(windows, [rows, length, blocks.shape[-1]])
     info = _window_info(sample.info)
     return reverb.ReplaySample(
         info=tf.nest.map_structure(
-            lambda t: tf.repeat(t, windows_per_item)[:batch_size], info),
-        data=data)
+            lambda t: tf.repeat(t, windows_per_item), info), data=data)
   return cut
 
 

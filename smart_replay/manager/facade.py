@@ -129,10 +129,9 @@ class ReplayBufferManager:
         opts.data_spec, shape=opts.shape, location=opts.location,
         timeouts=opts.timeouts)
     self._state = state_lib.State()
-    self._serving = serving.Serving(
-        self._state, opts, self._backend, checkpoint=self.checkpoint,
-        make_dataset=self.get_dataset)
     self._sampling = sampling.Sampling(self._state, opts, self._backend)
+    self._serving = serving.Serving(self._state, opts, self._backend,
+                                    samples=self._sampling)
     self._reporting = reporting.Reporting(self._state, opts, self._backend)
 
   @classmethod

@@ -107,14 +107,23 @@ class Reporting:
           (client.server_address, info and stats_lib.table_stats(
               info, running.config.table_names))
           for client, info in zip(clients, infos)], writer=writer,
-          sampling=_sampling(running.feeds, len(clients)))
+          sampling=self._sampling())
     if times_sampled:
       sampled = {name: {} for name in result['tables']}
-      sampled.update(self._backend.times_sampled(
-          pause=lambda: self._state.paused(flush=False)))
+      with self._state.paused(flush=False):
+        snapshot = self._backend.snapshot()
+      with snapshot:
+        sampled.update(snapshot.times_sampled())
       for name, per_item in sampled.items():
         result['tables'][name].update(stats_lib.times_sampled_fields(per_item))
     return result
+
+  def _sampling(self) -> Optional[List[Dict[str, Any]]]:
+    """Per shard: whether the watcher sees it up, and how often it saw it
+    go down; None before the first check."""
+    states = self._backend.server_states()
+    return [{'up': s['up'], 'down_events': s['down_events']}
+            for s in states] or None
 
   @staticmethod
   def _shard_info(client: Any, timeout_s: float, *,
@@ -191,22 +200,13 @@ class Reporting:
     running = self._running()
     self._backend.require('epoch')
     config = running.config.table(table_name)
-    items = self._backend.snapshot_items(
-        config.name, pause=lambda: self._state.paused(flush=True))
+    with self._state.paused(flush=True):  # Writers pause while Reverb saves.
+      snapshot = self._backend.snapshot()
+    with snapshot:
+      items = snapshot.items(config.name)
     if config.block_length is not None:  # Every window of every block.
       items = packed_items.window_items(items, config.sequence_length)
     return epochs.batches(items,
                           self._options.data_spec, table=config.name,
                           batch_size=batch_size, seed=seed,
                           drop_remainder=drop_remainder)
-
-
-def _sampling(feeds: Any, count: int) -> Optional[List[Dict[str, Any]]]:
-  """Per shard: whether every live dataset's sampler sees it up, and how
-  often they saw it go down; None without a live sharded dataset."""
-  live = [s for s in (f.status() for f in list(feeds)) if s]
-  if not live:
-    return None
-  return [{'up': all(s[k]['up'] for s in live),
-           'down_events': sum(s[k]['down_events'] for s in live)}
-          for k in range(count)]

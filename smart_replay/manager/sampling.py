@@ -5,21 +5,24 @@
 datasets from the running buffer's client and frozen config.
 """
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
+from absl import logging
 import tensorflow as tf
 
 from smart_replay import errors
-from smart_replay.config import limiter
 from smart_replay.backends import base as backend_lib
 from smart_replay.config import buffer as config_lib
+from smart_replay.config import limiter
+from smart_replay.config import mixable
 from smart_replay.manager import manager_options
 from smart_replay.manager import state as state_lib
+from smart_replay.sampling import batcher as batcher_lib
 from smart_replay.sampling import dataset as dataset_lib
-from smart_replay.sampling import mixing as mix_lib
-from smart_replay.sampling import priorities as priorities_lib
 from smart_replay.sampling import fraction_schedule as schedule_lib
-from smart_replay.sampling import shards as shards_lib
+from smart_replay.sampling import replay_info as replay_info_lib
+from smart_replay.sampling import sources as sources_lib
+from smart_replay.server import local_server as server_lib
 from smart_replay.utils import checks
 
 
@@ -102,60 +105,78 @@ class Sampling:
     timeout = (self._options.timeouts.sample_timeout_s
                if sample_timeout_s is None else sample_timeout_s)
     checks.positive('sample_timeout_s', timeout)
-    layout = running.config.step_layout
-    decode = layout.decode if layout.name != 'columns' else None
+    plan = batcher_lib.SamplingPlan(batch_size=batch_size, timeout_s=timeout,
+                                    prefetch=prefetch)
+    sources = self._online_sources(running, config, timeout)
+    betas = [replay_info_lib.beta(config, train_step)]
     schedule = schedule_lib.as_schedule(starter_fraction)
-    if running.shards:
-      if schedule is not None:
-        raise ValueError(f'starter_fraction={schedule.describe()} needs a '
-                         'starter table; a sharded buffer (client mode) '
-                         'serves none.')
-      return shards_lib.sharded_dataset(
-          [mix_lib.Source(client, config, priorities_lib.beta(config,
-                                                              train_step))
-           for client, _ in running.shards], data_spec=layout.step_spec,
-          train_step=train_step, batch_size=batch_size, num_steps=num_steps,
-          decode=decode, as_train_kwargs=as_train_kwargs, timeout_s=timeout,
-          prefetch=prefetch, on_start=running.feeds.add,
-          probe=shards_lib.instance_probe(
-              [client.server_address for client, _ in running.shards],
-              credentials=self._backend.credentials))
+    shares = None
     if schedule is not None:
-      return self._mixed(running, config, schedule, batch_size=batch_size,
-                         num_steps=num_steps, train_step=train_step,
-                         as_train_kwargs=as_train_kwargs, timeout_s=timeout,
-                         prefetch=prefetch, decode=decode)
-    return dataset_lib.table_dataset(
-        running.client, config, data_spec=layout.step_spec, decode=decode,
-        lookback=layout.lookback, cut_block=layout.stacked_field and
-        layout.cut_block, batch_size=batch_size, num_steps=num_steps,
-        beta=priorities_lib.beta(config, train_step),
-        as_train_kwargs=as_train_kwargs, timeout_s=timeout, prefetch=prefetch)
+      starter = self._starter_source(running, config, schedule)
+      sources.append(starter)
+      betas.append(replay_info_lib.beta(starter.table, train_step))
+      schedule.tensor(train_step)  # Raises now if it needs the step.
+      def shares():
+        fraction = tf.cast(schedule.tensor(train_step), tf.float64)
+        return tf.stack([1.0 - fraction, fraction])
+    if len(sources) > 1:
+      for source in sources:
+        mixable.check_drawable(source.table, 'the sampled table')
+    dataset, batcher = dataset_lib.make_dataset(
+        sources, plan=plan, num_steps=num_steps, shares=shares,
+        output=dataset_lib.Output(
+            layout=running.config.step_layout, betas=betas,
+            as_train_kwargs=as_train_kwargs),
+        closed_message=(f'the buffer ({self._backend.where}) was closed (its '
+                        'manager closed); make a new dataset from a new '
+                        'manager.'))
+    running.batchers.add(batcher, self._backend.where)
+    for shard, state in enumerate(self._backend.server_states()):
+      if not state['up']:  # Down when the dataset was made.
+        batcher.source_down(shard)
+    return dataset
 
-  def _mixed(self, running: state_lib.Running, config: Any,
-             schedule: schedule_lib.FractionSchedule, *,
-             train_step: Optional[tf.Variable], **kwargs) -> tf.data.Dataset:
-    """`get_dataset` mixing the starter into `config`'s table."""
-    if running.config.frame_stack is not None:
-      raise ValueError(
-          f'starter_fraction={schedule.describe()}: mixing a starter into a '
-          f'buffer with frame_stack={running.config.frame_stack!r} is not '
-          'supported yet; sample the buffer alone (no starter_fraction).')
+  def _online_sources(self, running: state_lib.Running, config: Any,
+                      timeout_s: float) -> List[sources_lib.Source]:
+    """The buffer's own table: on its server, or on every shard."""
+    if not running.shards:
+      return [sources_lib.Source(running.client.server_address, config,
+                                 group=replay_info_lib.ONLINE)]
+    sizes = []
+    for client, _ in running.shards:
+      try:
+        info = server_lib.server_info(client, min(timeout_s, 5.0))
+        sizes.append(int(info[config.name].current_size))
+      except errors.WaitTimeoutError as e:
+        logging.warning('Shard %s did not say its size (%s): it starts with '
+                        'no share of the batches.', client.server_address, e)
+        sizes.append(None)
+    mixable.check_drawable(config, 'the sharded table')
+    return [sources_lib.Source(client.server_address, config,
+                               group=replay_info_lib.ONLINE, shard=k,
+                               size=size, watched=True)
+            for k, ((client, _), size) in enumerate(zip(running.shards,
+                                                        sizes))]
+
+  def _starter_source(self, running: state_lib.Running, config: Any,
+                      schedule: schedule_lib.FractionSchedule
+                      ) -> sources_lib.Source:
+    """The read-only starter table, checked against the buffer's."""
     starter = running.starter
     if starter is None:
       raise errors.ManagerStateError(
           f'starter_fraction={schedule.describe()} needs a starter table: '
-          'build the manager with starter_dir=<a starter buffer>.')
-    step_spec = running.config.step_layout.step_spec
-    mix_lib.check_mixable(config, starter.table, step_spec,
-                          starter.config.step_layout.step_spec)
-    return mix_lib.mixed_dataset(
-        mix_lib.Source(running.client, config,
-                       priorities_lib.beta(config, train_step)),
-        mix_lib.Source(starter.client, starter.table,
-                       priorities_lib.beta(starter.table, train_step)),
-        data_spec=step_spec, schedule=schedule, train_step=train_step,
-        **kwargs)
+          'build the manager with starter_dir=<a starter buffer>'
+          + (' (a client of standalone servers serves none).'
+             if self._options.remote else '.'))
+    mixable.check_mixable(
+        config, starter.table, online_spec=running.config.data_spec,
+        starter_spec=starter.config.data_spec,
+        online_layout=running.config.step_layout.describe(),
+        starter_layout=starter.config.step_layout.describe())
+    return sources_lib.Source(starter.client.server_address, starter.table,
+                              group=replay_info_lib.STARTER,
+                              size=starter.items)
 
   def check_prefill(self, steps: int, *, num_envs: Optional[int] = None
                     ) -> None:
@@ -214,7 +235,7 @@ class Sampling:
         `ReplayInfo.key` (the first column is used).
       priorities: `[batch]` new priorities (e.g. absolute TD errors).
       table_name: the table; default the first prioritized table.
-      shards: a sharded buffer: the shard of each key, `ReplayInfo.source`
+      shards: a sharded buffer: the shard of each key, `ReplayInfo.shard`
         (`[batch]` or `[batch, num_steps]`); each key's priority is set on
         the shard that holds it. Ignored for one server.
 
@@ -230,11 +251,10 @@ class Sampling:
       if shards is None:
         raise ValueError(
             'update_priorities of a sharded buffer needs shards= (the '
-            'ReplayInfo.source of each key) to find the shard holding it.')
-      shards_lib.update_priorities(
+            'ReplayInfo.shard of each key) to find the shard holding it.')
+      running.counts.priorities.update_sharded(
           [tf_client for _, tf_client in running.shards], config, keys,
-          priorities, shards, priorities_of=running.counts.priorities,
-          serving=self._state.serving,
+          priorities, shards, serving=self._state.serving,
           where=[c.server_address for c, _ in running.shards])
       return
     running.counts.priorities.update(
@@ -255,7 +275,9 @@ class Sampling:
       `fn(experience, loss_info)`, where `experience` is the
       `(experience, ReplayInfo)` pair the Learner sampled, for
       `tf_agents.train.Learner(after_train_strategy_step_fn=...)` (with or
-      without `use_kwargs_in_agent_train`).
+      without `use_kwargs_in_agent_train`). Elements of a starter mixed in
+      keep their priority (it is read-only); a sharded buffer's keys are
+      updated on their shards.
 
     Raises:
       ValueError: if the table is unknown or not prioritized.
@@ -268,14 +290,10 @@ class Sampling:
     # Named as the Learner passes them with use_kwargs_in_agent_train=True.
     def update(experience, loss_info):
       _, info = experience  # (experience, ReplayInfo)
-      if sharded:  # ReplayInfo.source is the shard holding each key.
-        self.update_priorities(info.key[:, 0], priorities_fn(loss_info),
-                               table_name=config.name,
-                               shards=info.source[:, 0])
-        return
-      # Starter elements of a mixed batch keep their priority (read-only).
-      online = tf.equal(info.source[:, 0], dataset_lib.ONLINE)
-      self.update_priorities(tf.boolean_mask(info.key[:, 0], online),
-                             tf.boolean_mask(priorities_fn(loss_info), online),
-                             table_name=config.name)
+      online = tf.equal(info.source[:, 0], replay_info_lib.ONLINE)
+      mine = lambda t: tf.boolean_mask(t, online)
+      self.update_priorities(
+          mine(info.key[:, 0]), mine(priorities_fn(loss_info)),
+          table_name=config.name,
+          shards=mine(info.shard[:, 0]) if sharded else None)
     return update

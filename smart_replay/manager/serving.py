@@ -6,19 +6,18 @@ backend started (`backends.base.Started`) into the running buffer (replay
 buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
-import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
 import reverb
-import tensorflow as tf
 
 from smart_replay import errors
 from smart_replay.backends import base as backend_lib
 from smart_replay.backends import starter as starter_lib
 from smart_replay.manager import manager_options
+from smart_replay.manager import replay_buffer as replay_buffer_lib
 from smart_replay.manager import state as state_lib
-from smart_replay.sampling import replay_buffer as replay_buffer_lib
+from smart_replay.manager import watch
 from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.writing import observer as observer_lib
 
@@ -33,19 +32,17 @@ class Serving:
     state: the manager's state.
     options: the manager's options.
     backend: where the buffer lives.
-    checkpoint: the manager's `checkpoint` (the replay buffer's
-      `py_client.checkpoint()`).
-    make_dataset: the manager's `get_dataset` (the replay buffer's
+    samples: the manager's part that makes datasets (the replay buffer's
       `as_dataset`).
   """
 
   def __init__(self, state: state_lib.State,
-               options: manager_options.ManagerOptions, backend: backend_lib.Backend,
-               *, checkpoint: Callable[[], str],
-               make_dataset: Callable[..., tf.data.Dataset]):
+               options: manager_options.ManagerOptions,
+               backend: backend_lib.Backend, *,
+               samples: replay_buffer_lib.Samples):
     self._state, self._options, self._backend = state, options, backend
-    self._checkpoint, self._make_dataset = checkpoint, make_dataset
-    self._watch: Optional[_RestartWatch] = None
+    self._samples = samples
+    self._watcher: Optional[watch.Watcher] = None
 
   def start(self, start: Callable[[], backend_lib.Started]) -> Started:
     """Runs a backend's start and builds the running buffer on it; on
@@ -60,15 +57,14 @@ class Serving:
     self._state.require(started=False, where=self._backend.where)
     try:
       started = start()
+      if self._backend.watch_interval_s:
+        self._watcher = watch.Watcher(self._backend, self._state)
       self._run(started)
     except BaseException:
       self._stop()
       raise
     if started.loaded is not None:
       self._state.resumed(started.loaded)
-    if self._backend.restart_check_s:
-      self._watch = _RestartWatch(self._check_restart,
-                                  self._backend.restart_check_s)
     running = self._state.running
     return running.replay_buffer, running.observers[0]
 
@@ -82,7 +78,7 @@ class Serving:
         replay_buffer=replay_buffer_lib.ManagedReplayBuffer(
             options.data_spec, first.name,
             first.sequence_length if first.kind == 'sequence' else None,
-            checkpoint=self._checkpoint, make_dataset=self._make_dataset,
+            saves=self, samples=self._samples,
             rate_limiter_timeout_ms=int(
                 options.timeouts.sample_timeout_s * 1000), **started.server),
         tf_client=reverb.TFClient(started.client.server_address),
@@ -120,39 +116,21 @@ class Serving:
       ValueError: if `priority` or `num_envs` is invalid.
     """
     running = self._state.require(started=True, where=self._backend.where)
-    writes, timeouts = self._options.writes, self._options.timeouts
     obs = observer_lib.TrajectoryObserver(
         running.client, tables=list(running.config.tables),
-        data_spec=self._options.data_spec,
-        layout=running.config.step_layout, num_envs=num_envs,
-        priority=priority,
-        priority_fn=running.counts.priorities.new_item_priority,
-        lock=self._state.lock, check_server=self._check_server,
-        chunk_length=writes.chunk_length, non_finite=writes.non_finite,
-        float_bounds=writes.float_bounds, timeout_s=timeouts.write_timeout_s,
-        reconnect_timeout_s=timeouts.reconnect_timeout_s)
+        data_spec=self._options.data_spec, layout=running.config.step_layout,
+        writes=self._options.writes, timeouts=self._options.timeouts,
+        num_envs=num_envs, priority=priority,
+        priorities=running.counts.priorities, lock=self._state.lock,
+        wake=self._watcher.wake if self._watcher else None)
     running.observers.append(obs)
     return obs
 
-  def _check_server(self, observer: Any) -> None:
-    """After an observer reconnected (a write waited for the server), and
-    after each of its flushes."""
-    del observer  # Every observer of this manager talked to the old server.
-    self._check_restart()
-
-  def _check_restart(self, patient: bool = True) -> None:
-    """If the server was restarted since the last check, every observer
-    counts the items it had confirmed that the restart lost (each restart
-    once, whichever check sees it: a reconnect, a flush, a checkpoint or the
-    periodic `_RestartWatch`)."""
-    instance = self._backend.restarted(patient=patient)
-    if instance is None:
-      return
-    with self._state.lock:
-      running = self._state.running
-      for obs in running.observers if running else ():
-        obs.count_restart_loss(instance.get('restored_save_started'),
-                               instance.get('started_unix'))
+  def _check_restart(self) -> None:
+    """If the observers' server was restarted since the last check, every
+    observer counts the items it had confirmed that the restart lost (each
+    restart once: the watcher's check, a flush or a checkpoint)."""
+    watch.count_restart(self._state, self._backend.restarted(patient=True))
 
   def flush(self) -> None:
     """Flushes every observer of this manager.
@@ -163,7 +141,8 @@ class Serving:
         (see `TrajectoryObserver`).
     """
     if self._state.running is not None:
-      self._state.running.flush()  # Each observer's flush checks restarts.
+      self._state.running.flush()
+      self._check_restart()
 
   def clear(self) -> None:
     """Empties every table of the running server; checkpoints are untouched.
@@ -217,10 +196,10 @@ class Serving:
       self._check_restart()  # Count a restart's loss before saving on.
     with self._state.lock:
       running = self._state.require(started=True, where=self._backend.where)
+      self._backend.wait_for_pending_save()
+      running.flush()
       return self._backend.checkpoint(
-          extra=extra,
-          counts=lambda: running.counts.manifest_counts(running.observers),
-          flush=running.flush,
+          extra=extra, counts=running.counts.manifest_counts(running.observers),
           starter=running.starter.reference() if running.starter else None)
 
   def _stop(self) -> None:
@@ -230,17 +209,17 @@ class Serving:
     self._stop_watch()
     running, self._state.running = self._state.running, None
     if running is not None:
-      running.feeds.close()  # A sharded dataset's threads end with it.
+      running.batchers.close()  # Their iterators raise from now on.
     if running is not None and running.starter is not None:
       running.starter.close()
     self._backend.stop()
 
   def _stop_watch(self) -> None:
-    """Stops the periodic restart check (before the lock is taken: a check
-    may be waiting for it)."""
-    if self._watch is not None:
-      self._watch.stop()
-      self._watch = None
+    """Stops the watcher (before the lock is taken: a check may be waiting
+    for it)."""
+    if self._watcher is not None:
+      self._watcher.stop()
+      self._watcher = None
 
   def close(self) -> None:
     """Closes the observers and stops the server (client mode: disconnects).
@@ -276,35 +255,3 @@ class Serving:
       self._backend.release()
     if failure:
       raise failure
-
-
-class _RestartWatch:
-  """Asks every `interval_s`, in a daemon thread, whether the server was
-  restarted (`check(patient=False)`), so a restart that no write waited for
-  is counted too.
-
-  Args:
-    check: `Serving._check_restart`.
-    interval_s: seconds between checks.
-  """
-
-  def __init__(self, check: Callable[..., None], interval_s: float):
-    self._check, self._interval_s = check, interval_s
-    self._stopped = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True,
-                                    name='smart_replay-restart-watch')
-    self._thread.start()
-
-  def _run(self) -> None:
-    while not self._stopped.wait(self._interval_s):
-      try:
-        self._check(patient=False)
-      except Exception as e:  # pylint: disable=broad-except
-        # A check must never end the thread: the next one asks again.
-        logging.warning('Checking whether the server restarted failed: %s', e)
-
-  def stop(self) -> None:
-    """Stops the checks; waits (bounded) for one in progress."""
-    self._stopped.set()
-    if self._thread is not threading.current_thread():
-      self._thread.join(timeout=60)

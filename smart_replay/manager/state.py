@@ -7,12 +7,13 @@ checkpoint records beside Reverb's. Everything else (options, the backend)
 is frozen or owned by the part that uses it.
 """
 
+import atexit
 import contextlib
 import dataclasses
 import os
 import threading
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from absl import logging
 import reverb
@@ -21,8 +22,7 @@ import tensorflow as tf
 from smart_replay import errors
 from smart_replay.backends import starter as starter_lib
 from smart_replay.config import buffer as config_lib
-from smart_replay.sampling import priorities as priorities_lib
-from smart_replay.sampling import replay_buffer as replay_buffer_lib
+from smart_replay.server import priorities as priorities_lib
 from smart_replay.server import local_server as server_lib
 from smart_replay.server import stats as stats_lib
 from smart_replay.writing import observer as observer_lib
@@ -72,41 +72,56 @@ class Counts:
     self.blocked.clear()
 
 
-class Feeds:
-  """The `BatchPump`s of a sharded buffer's datasets; closed (their threads
-  stopped) when the buffer stops, after which no dataset can be made."""
+class Batchers:
+  """The batchers of a buffer's datasets: told what the watcher sees, and
+  closed (their iterators raise) when the buffer stops, after which no
+  dataset can be made. Each is kept (with its queues and variables) until
+  then, so that no iterator outlives what its graph uses."""
 
   def __init__(self):
-    self._live = weakref.WeakSet()
+    self._live: List[Any] = []
     self._lock = threading.Lock()
     self._closed = False
+    # Closed before Python finalizes too, so that no iterator destroyed
+    # then has a feed waiting in a queue.
+    atexit.register(_close_at_exit, weakref.ref(self))
 
-  def add(self, feeds: Any) -> None:
-    """Registers a new dataset's pump.
+  def add(self, batcher: Any, where: str) -> None:
+    """Registers a new dataset's batcher.
 
     Args:
-      feeds: a `shard_feeds.BatchPump`, not started yet.
+      batcher: a `sampling.batcher.Batcher`.
+      where: the buffer, for the message of a stopped one.
 
     Raises:
       ManagerStateError: if the buffer stopped.
     """
     with self._lock:
       if self._closed:
+        batcher.close()
         raise errors.ManagerStateError(
-            'the sharded buffer was closed (its manager closed); make a new '
-            'dataset from a new manager.')
-      self._live.add(feeds)
+            f'the buffer ({where}) was closed (its manager closed); make a '
+            'new dataset from a new manager.')
+      self._live.append(batcher)
 
   def __iter__(self) -> Iterator[Any]:
-    return iter(list(self._live))
+    with self._lock:
+      return iter(list(self._live))
 
   def close(self) -> None:
-    """Stops every registered pump's threads; refuses new ones."""
+    """Closes every registered batcher; refuses new ones."""
     with self._lock:
       self._closed = True
       live = list(self._live)
-    for feeds in live:
-      feeds.close()
+    for batcher in live:
+      batcher.close()
+
+
+def _close_at_exit(batchers: Callable[[], Optional[Batchers]]) -> None:
+  """Closes the batchers still registered when the interpreter exits."""
+  live = batchers()
+  if live is not None:
+    live.close()
 
 
 @dataclasses.dataclass
@@ -123,19 +138,18 @@ class Running:
     starter: the read-only starter table served beside the buffer, or None.
     shards: a sharded buffer's clients and TF clients, one pair per shard
       (`client` is the one written to); empty for one server.
-    feeds: the `BatchPump`s of a sharded buffer's datasets (which shards
-      their samplers see up).
+    batchers: the batchers of its datasets.
   """
   client: reverb.Client
   config: config_lib.BufferConfig
-  replay_buffer: replay_buffer_lib.ManagedReplayBuffer
+  replay_buffer: Any
   tf_client: reverb.TFClient
   counts: Counts
   observers: List[observer_lib.TrajectoryObserver] = dataclasses.field(
       default_factory=list)
   starter: Optional[starter_lib.StarterSource] = None
   shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
-  feeds: 'Feeds' = dataclasses.field(default_factory=lambda: Feeds())
+  batchers: Batchers = dataclasses.field(default_factory=Batchers)
 
   def flush(self) -> None:
     """Flushes every observer.

@@ -1,24 +1,13 @@
-"""The read path: `tf.data` datasets of a buffer, and mixing a starter in.
+"""The read path: every dataset of a buffer, from its sources, in the graph.
 
-`dataset` (a table as `tf.data`, with `ReplayInfo`), `items`, `priorities`,
-`epochs`, `replay_buffer` (the TF-Agents `ReplayBuffer` face), and the
-offline-to-online mix (`mixing`, `schedule`): a read-only starter table
-(`backends.starter.StarterSource`) mixed into each batch with a fixed or
-annealed fraction::
-
-    manager = ReplayBufferManager.from_checkpoint(
-        starter, checkpoint_dir='runs/sac/buffer', starter_dir=starter)
-    manager.create_replay_buffer()        # the online table starts empty
-    dataset = manager.get_dataset(
-        batch_size=256, num_steps=2, train_step=train_step,
-        starter_fraction=smart_replay.mixing.FractionSchedule(
-            initial=0.5, final=0.1, steps=50_000))
-
-`smart_replay.mixing` is this package: its public names are below.
+One path for every kind of dataset: `dataset.make_dataset` turns *sources*
+(`sources.Source`: a table on a server; the buffer's own, each shard of a
+sharded buffer, a starter mixed in) into batches drawn by one batcher
+(`batcher.Batcher`: each group's share of a batch, each source's mass within
+its group, one multinomial per batch), whose sampled items became windows in
+one place (`windows.Windows`: split, padded, cut from blocks) and are
+decoded by the buffer's layout once per batch, beside a `ReplayInfo`
+(`replay_info`: importance weights over each element's buffer). Also here:
+how much of a batch a starter gets (`fraction_schedule`) and epochs over a
+snapshot (`epochs`).
 """
-
-from smart_replay.backends.starter import fingerprint
-from smart_replay.backends.starter import StarterSource
-from smart_replay.sampling.fraction_schedule import FractionSchedule
-
-__all__ = ['FractionSchedule', 'StarterSource', 'fingerprint']

@@ -18,11 +18,10 @@ Typical use::
 """
 
 import concurrent.futures
-import contextlib
 import json
 import shutil
 import time
-from typing import Any, Callable, ContextManager, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from absl import logging
 import reverb
@@ -216,29 +215,19 @@ class Checkpointer:
                  counts.get('env_steps', 0), path)
     return path
 
-  def snapshot(self, read: Callable[[str], Any], *,
-               pause: Optional[Callable[[], ContextManager[Any]]] = None
-               ) -> Any:
-    """Returns `read(path)` of a throwaway Reverb save of the tables.
-
-    Args:
-      read: reads the saved folder (e.g. `files.read_items`).
-      pause: a context manager factory held while Reverb writes (e.g. one
-        that pauses the caller's writers); default none.
+  def snapshot(self) -> str:
+    """A throwaway Reverb save of the tables (the caller pauses its writers
+    meanwhile, if the snapshot must be exact).
 
     Returns:
-      What `read` returned; the folder is deleted afterwards.
+      The saved folder; the caller reads it and deletes it.
 
     Raises:
       WaitTimeoutError, CheckpointWriteError: as `reverb_save`.
     """
-    with (pause or contextlib.nullcontext)():
-      self.wait_for_pending_save()
-      path, _, _ = self.reverb_save()
-    try:
-      return read(path)
-    finally:
-      shutil.rmtree(path, ignore_errors=True)
+    self.wait_for_pending_save()
+    path, _, _ = self.reverb_save()
+    return path
 
   def close(self) -> None:
     """Lets go of the save thread; a save still running finishes in it."""

@@ -17,18 +17,19 @@ completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
 
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import reverb
 from absl import logging
 
 from smart_replay import errors
+from smart_replay.config import options
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables as tables_lib
 from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
+from smart_replay.server import priorities as priorities_lib
 from smart_replay.spec import validation as step_validation
-from smart_replay.writing import arguments
 from smart_replay.writing import block_writer
 from smart_replay.writing import chunking
 from smart_replay.writing import confirmations as confirmations_lib
@@ -71,34 +72,33 @@ class TrajectoryObserver:
     tables: the resolved configs of the tables to write (see
       `TableConfig.resolve`).
     data_spec: the spec of one step (e.g. `agent.collect_data_spec`).
+    layout: how a step's fields become Reverb columns (`packed_steps.Layout`,
+      or `frame_stacks.FrameStackedLayout`, whose `step_spec` made the
+      tables); default one column per field.
+    writes: how it writes (`WriteOptions`: `chunk_length`, None picks
+      `chunking.auto_chunk_length`; `non_finite` for a NaN or +-Inf in a
+      float field: 'error' refuses the step with `TrajectorySpecError`,
+      'warn' writes it and warns once per field, 'allow' writes it;
+      `float_bounds` the same for a finite float outside its bounded spec).
+      Its `num_envs` is the manager's default, not this observer's.
+    timeouts: how long it waits (`Timeouts`: `write_timeout_s` for episode
+      ends, flushes and closes to be accepted, `reconnect_timeout_s` while
+      the server does not answer, e.g. restarting; Reverb's writer
+      reconnects on its own).
     num_envs: None for unbatched steps; otherwise every call takes a batch of
       this many environments' steps (outer dimension), written as
       `num_envs` independent streams.
     priority: initial priority of every new item; None uses each table's
-      `initial_priority`, or `priority_fn` for tables without one.
-    priority_fn: `fn(table_name) -> float`, the priority of a new item of a
-      prioritized table setting no `initial_priority` when `priority` is
-      None (the manager's: the table's maximum priority); else 1.0.
-    timeout_s: how long episode ends, flushes and closes may wait for the
-      server to accept pending items (> 0).
-    chunk_length: steps per Reverb chunk of each field (>= 1); None picks
-      `chunking.auto_chunk_length(data_spec)`. Items are sent when their chunk is
-      complete, at each episode end, and on `flush()`.
+      `initial_priority`, or `priorities` for tables without one.
+    priorities: the buffer's `server.priorities.Priorities`: a prioritized
+      table setting no `initial_priority` gives new items its largest
+      priority so far when `priority` is None; None: 1.0.
     lock: a re-entrant lock held while a step is written (the manager's, so
       a checkpoint sees whole steps).
-    reconnect_timeout_s: how long a write waits while the server does not
-      answer (e.g. restarting; Reverb's writer reconnects on its own) (> 0).
-    non_finite: a step with NaN or +-Inf in a float field: 'error' (refuse
-      it with `TrajectorySpecError`), 'warn' (write it, warn once per field)
-      or 'allow' (e.g. where Inf means "no reading").
-    float_bounds: the same for a finite float outside its bounded spec
-      (default 'warn': specs of continuous observations are often loose).
-    check_server: called as `check_server(observer)` after a write waited
-      for the server and it answered again, and after each `flush()` (the
-      client-mode manager checks whether the server was restarted and calls
-      `count_restart_loss`, so a restart no write waited for is counted too).
-    layout: how a step's fields become Reverb columns (`packed_steps.Layout`, or
-      `frame_stacks.FrameStackedLayout`, whose `step_spec` made the tables).
+    wake: set after a write waited for the server and it answered again (the
+      client-mode manager's watcher then checks at once whether the server
+      was restarted, and tells this observer what it lost:
+      `count_restart_loss`); None: nobody to tell.
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -111,27 +111,23 @@ class TrajectoryObserver:
 
   def __init__(self, client: reverb.Client, *,
                tables: Sequence[tables_lib.TableConfig], data_spec: Any,
-               num_envs: Optional[int] = None, priority: Optional[float] = None,
-               priority_fn: Optional[Callable[[str], float]] = None,
-               timeout_s: float = 60.0,
-               chunk_length: Optional[int] = None,
+               layout: Optional[packed_steps.Layout] = None,
+               writes: Optional[options.WriteOptions] = None,
+               timeouts: Optional[options.Timeouts] = None,
+               num_envs: Optional[int] = None,
+               priority: Optional[float] = None,
+               priorities: Optional[priorities_lib.Priorities] = None,
                lock: Optional[threading.RLock] = None,
-               reconnect_timeout_s: float = 300.0,
-               non_finite: str = 'error',
-               float_bounds: str = 'warn',
-               check_server: Optional[
-                   Callable[['TrajectoryObserver'], None]] = None,
-               layout: Optional[packed_steps.Layout] = None):
-    arguments.check_observer_arguments(
-        tables, num_envs=num_envs, priority=priority, timeout_s=timeout_s,
-        reconnect_timeout_s=reconnect_timeout_s, chunk_length=chunk_length)
+               wake: Optional[threading.Event] = None):
+    _check_arguments(tables, num_envs=num_envs, priority=priority)
+    writes = writes or options.WriteOptions()
+    timeouts = timeouts or options.Timeouts()
     # Raises on bad value policies or spec. The bound `__call__` saves ~50 ns
     # a step over calling the instance (CPython 3.11).
     self._validate = step_validation.StepValidator(
-        data_spec, num_envs=num_envs, non_finite=non_finite,
-        float_bounds=float_bounds).__call__
+        data_spec, num_envs=num_envs, non_finite=writes.non_finite,
+        float_bounds=writes.float_bounds).__call__
     self._client = client
-    self._check_server = check_server
     self._pid = os.getpid()
     self._lock = lock or threading.RLock()
     self._tables = list(tables)
@@ -141,7 +137,7 @@ class TrajectoryObserver:
     self._step_type = paths.index('step_type')
     self._num_envs = num_envs
     self._layout = layout or packed_steps.Layout('columns', data_spec)
-    self.chunk_length = chunk_length or chunking.auto_chunk_length(
+    self.chunk_length = writes.chunk_length or chunking.auto_chunk_length(
         self._layout.step_spec)
     lookback = self._layout.lookback  # Cells before an item's first step.
     keep_alive = chunking.keep_alive_steps(
@@ -151,13 +147,13 @@ class TrajectoryObserver:
         self.table_names, [t.name for t in self._tables if t.kind == 'episode'])
     # When items were confirmed (to count what a server restart lost).
     self.confirmations = confirmations_lib.ConfirmationLog()
-    planner = planner_lib.ItemPlanner(step_tables, counters=self._counters,
-                                      priority=priority,
-                                      priority_fn=priority_fn)
+    planner = planner_lib.ItemPlanner(
+        step_tables, counters=self._counters, priority=priority,
+        priority_fn=priorities and priorities.new_item_priority)
     settings = settings_lib.WriterSettings(
         client=client, chunk_length=self.chunk_length, keep_alive=keep_alive,
-        timeout_ms=int(timeout_s * 1000),
-        reconnect_timeout_s=float(reconnect_timeout_s),
+        timeout_ms=int(timeouts.write_timeout_s * 1000),
+        reconnect_timeout_s=float(timeouts.reconnect_timeout_s),
         clear_at_episode_end=planner.clear_at_episode_end,
         # What each table's items look like, to check a server that came
         # back.
@@ -165,9 +161,8 @@ class TrajectoryObserver:
             reverb_tables.signature(t, self._layout.step_spec, lookback))
                     for t in step_tables},
         counters=self._counters, confirmations=self.confirmations,
-        on_reconnect=(None if check_server is None else
-                      lambda: check_server(self)),
-        num_columns=self._layout.num_columns, cells=self._layout.cells)
+        reconnected=wake, num_columns=self._layout.num_columns,
+        cells=self._layout.cells)
     # One (plan, writer) per environment.
     self._streams = []
     for _ in range(num_envs or 1):
@@ -342,8 +337,6 @@ class TrajectoryObserver:
         out.flush()
       if self._blocks:
         self._blocks.flush()
-    if self._check_server is not None:
-      self._check_server(self)
 
   def close(self) -> None:
     """Flushes and closes the writers; safe to call more than once.
@@ -394,3 +387,25 @@ class TrajectoryObserver:
           pending[table] += count
       return pending
 
+
+def _check_arguments(tables: Sequence[Any], *, num_envs: Optional[int],
+                     priority: Optional[float]) -> None:
+  """Checks a `TrajectoryObserver`'s own arguments (its option groups were
+  checked when they were made).
+
+  Raises:
+    ValueError: naming the first bad argument and its value.
+  """
+  if not tables:
+    raise ValueError(f'tables must hold at least one TableConfig, got '
+                     f'{tables!r}.')
+  for config in tables:
+    if not isinstance(config, tables_lib.TableConfig) or (
+        config.item_length is None):
+      raise ValueError(f'tables entries must be resolved TableConfigs '
+                       f'(TableConfig.resolve), got {config!r}.')
+  step_validation.check_optional_count('num_envs', num_envs, 'unbatched')
+  if priority is not None and (not isinstance(priority, (int, float)) or
+                               priority <= 0):
+    raise ValueError(f'priority must be None or a number > 0 (an item of '
+                     f'priority 0 is never sampled), got {priority!r}.')

@@ -1,7 +1,8 @@
 """What every stream of one observer shares: `WriterSettings`."""
 
 import dataclasses
-from typing import Callable, Dict, List, Optional
+import threading
+from typing import Dict, List, Optional
 
 import reverb
 
@@ -27,8 +28,8 @@ class WriterSettings:
       check a server that came back.
     counters: where lost steps and items and reconnects are counted.
     confirmations: where confirmations are recorded.
-    on_reconnect: called with no argument after the server came back while
-      a write waited, or None.
+    reconnected: set after the server came back while a write waited (the
+      manager's watcher then checks whether it was restarted), or None.
     num_columns: fields of a step.
     cells: a frame-stacked layout's `frame_cells.Cells`: each step is then
       `[row, frames]`, written as one cell with the frames new in it, and
@@ -44,7 +45,7 @@ class WriterSettings:
   signatures: Dict[str, Optional[List[str]]]
   counters: counters_lib.Counters
   confirmations: confirmations_lib.ConfirmationLog
-  on_reconnect: Optional[Callable[[], None]]
+  reconnected: Optional[threading.Event]
   num_columns: int
   cells: Optional[frame_cells.Cells] = None
 

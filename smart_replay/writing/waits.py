@@ -151,8 +151,8 @@ class ServerWait:
       logging.warning('The Reverb server at %s answers again after %.1f s; '
                       'the pending items were sent.', address,
                       time.monotonic() - began)
-      if settings.on_reconnect is not None:
-        settings.on_reconnect()
+      if settings.reconnected is not None:
+        settings.reconnected.set()
       return
     steps, items = self._give_up()
     raise errors.ServerUnavailableError(

@@ -55,7 +55,7 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
     batches = iter(learner.get_dataset(batch_size=64, num_steps=2))
     for _ in range(40):
       _, info = next(batches)
-      sources.update(info.source.numpy()[:, 0].tolist())
+      sources.update(info.shard.numpy()[:, 0].tolist())
     # Equal priorities: shards in proportion to their sizes (1:2:3).
     share = np.array([sources[s] for s in range(3)]) / sum(sources.values())
     want = np.array([written[s] for s in range(3)]) / sum(written.values())
@@ -66,7 +66,7 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
     for _ in range(20):
       _, info = next(batches)
       keys += info.key.numpy()[:, 0].tolist()
-      origin += info.source.numpy()[:, 0].tolist()
+      origin += info.shard.numpy()[:, 0].tolist()
     priorities = np.where(np.array(origin) == 0, 20.0, 1.0)
     learner.update_priorities(np.array(keys, np.uint64), priorities,
                               shards=np.array(origin, np.int32))
@@ -76,7 +76,7 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
     batches = iter(learner.get_dataset(batch_size=64, num_steps=2))
     for _ in range(30):
       _, info = next(batches)
-      after.update(info.source.numpy()[:, 0].tolist())
+      after.update(info.shard.numpy()[:, 0].tolist())
     assert after[0] / sum(after.values()) > 0.5 > share[0]
     lines = learner.checkpoint(extra={'train_step': 7}).splitlines()
     assert lines[0].startswith('coordinated ')
@@ -124,7 +124,7 @@ def _draw(batches, count, timeout_s=60):
 
   def draw():
     for _ in range(count):
-      sources.extend(next(batches)[1].source.numpy()[:, 0].tolist())
+      sources.extend(next(batches)[1].shard.numpy()[:, 0].tolist())
   worker = threading.Thread(target=draw, daemon=True)
   worker.start()
   worker.join(timeout_s)
@@ -178,7 +178,7 @@ def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(
   others = feeding()  # Of earlier tests' datasets.
   batches = iter(learner.get_dataset(batch_size=16, num_steps=2))
   with pytest.raises(tf.errors.OpError, match=r'(?s)Timed out after 2 s '
-                     r"waiting to sample from Reverb table \\?'experience"):
+                     r"waiting to sample from Reverb table `experience`"):
     for _ in range(20):  # Shard 1 is empty: a draw from it times out.
       next(batches)
   writer, observer = _client(addresses, data_spec, actor_id=1)

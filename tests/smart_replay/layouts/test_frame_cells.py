@@ -18,6 +18,7 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+import smart_replay
 from smart_replay import FrameStack, ReplayBufferManager, TableConfig
 from smart_replay.layouts import frame_cells
 from smart_replay import layouts
@@ -325,14 +326,41 @@ def test_epoch_export_and_inspect_read_whole_stacks(tmp_path):
       described)
 
 
-def test_mixing_a_starter_is_refused_with_a_frame_stack(tmp_path):
+def _stacked_buffer(directory, stream, **kwargs):
+  """A frame-stacked buffer holding `stream` (windows of 3 steps)."""
   manager = ReplayBufferManager(
-      _spec([3, 6, 5]), capacity=100, checkpoint_dir=str(tmp_path / 'b'),
-      sequence_length=3, frame_stack=FrameStack('observation', 0))
+      _spec([3, 6, 5]), capacity=10_000, checkpoint_dir=str(directory),
+      sequence_length=3, frame_stack=FrameStack('observation', 0), **kwargs)
+  _, observer = manager.create_replay_buffer()
+  for step in stream:
+    observer(step)
+  observer.flush()
+  return manager
+
+
+def test_a_starter_mixes_into_a_frame_stacked_buffer(tmp_path):
+  """Both buffers' stacks are rebuilt byte for byte, each element from the
+  buffer its `source` names, in the scheduled share."""
+  starter_stream, online_stream = _synthetic(200, seed=4), _synthetic(200)
+  starter = _stacked_buffer(tmp_path / 'starter', starter_stream)
+  starter.checkpoint()
+  starter.close()
+  manager = _stacked_buffer(tmp_path / 'run', online_stream,
+                            starter_dir=str(tmp_path / 'starter'))
   try:
-    manager.create_replay_buffer()
-    with pytest.raises(Exception, match='frame_stack'):
-      manager.get_dataset(batch_size=4, starter_fraction=0.5)
+    windows = {smart_replay.ONLINE: _expected_windows(online_stream),
+               smart_replay.STARTER: _expected_windows(starter_stream)}
+    iterator = iter(manager.get_dataset(batch_size=32, starter_fraction=0.25))
+    sources = []
+    for _ in range(40):
+      trajectory, info = next(iterator)
+      for b, source in enumerate(info.source.numpy()[:, 0].tolist()):
+        window = testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b].numpy(), trajectory))  # pylint: disable=cell-var-from-loop
+        assert window in windows[source]
+        sources.append(source)
+    share = np.mean(np.array(sources) == smart_replay.STARTER)
+    assert abs(share - 0.25) < 5 * np.sqrt(0.25 * 0.75 / len(sources))
   finally:
     manager.close()
 

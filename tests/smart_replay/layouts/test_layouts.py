@@ -9,9 +9,12 @@ import tensorflow as tf
 from tf_agents.environments import batched_py_environment
 from tf_agents.policies import random_py_policy
 
+import smart_replay
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables
+from smart_replay.sampling import batcher
 from smart_replay.sampling import dataset as dataset_lib
+from smart_replay.sampling import sources
 from smart_replay.layouts import packed_steps
 from smart_replay.writing import observer as observer_lib
 from tests import testing
@@ -37,7 +40,8 @@ def _windows(layout_name, data_spec, steps, num_envs=None):
   try:
     observer = observer_lib.TrajectoryObserver(
         client, tables=configs, data_spec=data_spec, layout=layout,
-        num_envs=num_envs, timeout_s=10)
+        num_envs=num_envs,
+        timeouts=smart_replay.Timeouts(write_timeout_s=10.0))
     if num_envs:
       env = batched_py_environment.BatchedPyEnvironment(
           [testing.make_env(seed=3 + i) for i in range(num_envs)])
@@ -50,12 +54,10 @@ def _windows(layout_name, data_spec, steps, num_envs=None):
     observer.close()
     found = {}
     for config in configs:
-      dataset = dataset_lib.make_dataset(
-          client, table=config.name, data_spec=layout.step_spec,
-          sequence_length=config.item_length, batch_size=1,
-          variable_length=config.kind == 'episode', timeout_s=1.0,
-          num_workers_per_iterator=1, drop_remainder=False,
-          decode=layout.decode)
+      dataset, _ = dataset_lib.make_dataset(
+          [sources.Source(client.server_address, config, group=0)],
+          plan=batcher.SamplingPlan(batch_size=1, timeout_s=1.0),
+          output=dataset_lib.Output(layout=layout, betas=[None]))
       seen = collections.Counter()
       for (trajectory, info) in _until_timeout(dataset):
         mask = info.mask.numpy()[0]

@@ -162,7 +162,7 @@ def sample_until_stopped(addresses, stop, per_source, results):
   batches = iter(manager.get_dataset(batch_size=32, num_steps=2))
   while not stop.is_set():
     _, info = next(batches)
-    sources = info.source.numpy()[:, 0]
+    sources = info.shard.numpy()[:, 0]
     with per_source.get_lock():
       for source in sources.tolist():
         per_source[source] += 1

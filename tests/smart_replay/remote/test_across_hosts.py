@@ -248,7 +248,7 @@ def learner(addresses, token_file, directory):
   def sample(batches, per_source):
     for _ in range(batches):
       _, info = next(iterator)
-      for source in info.source.numpy()[:, 0].tolist():
+      for source in info.shard.numpy()[:, 0].tolist():
         per_source[int(source)] += 1
     return per_source
 

@@ -12,14 +12,15 @@ import collections
 
 import numpy as np
 import pytest
-import reverb
 import tensorflow as tf
 
+from smart_replay import layouts
 from smart_replay.config import mixable
 from smart_replay.config import tables
 from smart_replay.manager import facade as manager_lib
-from smart_replay.sampling import mixing
-from smart_replay.sampling import shards as shards_lib
+from smart_replay.sampling import batcher
+from smart_replay.sampling import dataset as dataset_lib
+from smart_replay.sampling import sources as sources_lib
 from tests.smart_replay.sampling import test_sampling_distribution as dist
 
 REPEATS = (1, 2, 3)  # Each shard holds the 42 windows of LENGTHS this often.
@@ -50,12 +51,18 @@ def sharded(tmp_path):
     manager.close()
 
 
-def _dataset(managers, beta=None, **kwargs):
-  sources = [mixing.Source(reverb.Client(m.server_address),
-                           m.table_configs[0], beta) for m in managers]
-  return shards_lib.sharded_dataset(
-      sources, data_spec=dist._spec(), train_step=None,  # pylint: disable=protected-access
-      batch_size=dist.BATCH, timeout_s=10, **kwargs)
+def _dataset(managers, beta=None):
+  """The one batcher over the managers' tables as the shards of a buffer."""
+  sources = [sources_lib.Source(m.server_address, m.table_configs[0],
+                                group=0, shard=k, size=m.num_frames(),
+                                watched=True)
+             for k, m in enumerate(managers)]
+  dataset, _ = dataset_lib.make_dataset(
+      sources, plan=batcher.SamplingPlan(batch_size=dist.BATCH, timeout_s=10),
+      output=dataset_lib.Output(
+          layout=layouts.make_layout('columns', dist._spec()),  # pylint: disable=protected-access
+          betas=[beta]))
+  return dataset
 
 
 def _count(dataset, warm_up=4):
@@ -68,7 +75,7 @@ def _count(dataset, warm_up=4):
     next(batches)
   for _ in range(dist.SAMPLES // dist.BATCH):
     _, info = next(batches)
-    counts.update(zip(info.source.numpy()[:, 0].tolist(),
+    counts.update(zip(info.shard.numpy()[:, 0].tolist(),
                       info.key.numpy()[:, 0].tolist()))
   return counts, info
 
@@ -111,7 +118,7 @@ def test_prioritized_shards_sample_by_priority_over_the_whole_buffer(
   by_size = {s: dist.SAMPLES * n / sum(ITEMS) for s, n in enumerate(ITEMS)}
   assert dist._p_value(_by_shard(counts), by_size) < 1e-6  # pylint: disable=protected-access
   # Importance weights over the whole buffer: (N P(i))^-1, P(i) = p_i/sum.
-  source = info.source.numpy()[:, 0]
+  source = info.shard.numpy()[:, 0]
   weight = info.weight.numpy()[:, 0]
   want = 1.0 / (sum(ITEMS) * np.array(priorities)[source] / sum(mass))
   np.testing.assert_allclose(weight, want / want.max(), rtol=1e-5)

@@ -17,6 +17,7 @@ from tf_agents.trajectories import StepType
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from smart_replay import errors
+from smart_replay.config import options
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables
 from smart_replay.writing import observer as observer_lib
@@ -87,8 +88,11 @@ class Buffer:
     self.observers = []
 
   def observer(self, **kwargs):
+    writes = {k: kwargs.pop(k) for k in ('non_finite', 'float_bounds')
+              if k in kwargs}
     observer = observer_lib.TrajectoryObserver(
-        self.client, tables=[PAIRS], data_spec=SPEC, **kwargs)
+        self.client, tables=[PAIRS], data_spec=SPEC,
+        writes=options.WriteOptions(**writes), **kwargs)
     self.observers.append(observer)
     return observer
 

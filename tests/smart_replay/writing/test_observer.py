@@ -16,6 +16,7 @@ from tf_agents.trajectories import StepType
 from tf_agents.trajectories import trajectory as trajectory_lib
 import tree
 
+import smart_replay
 from smart_replay import errors
 from smart_replay.config import reverb_tables
 from smart_replay.config import tables
@@ -369,7 +370,7 @@ def test_same_items_as_the_stock_tf_agents_observer(
     record = testing.run_actor(lambda _: None, 400, seed=3)
     ours = observer_lib.TrajectoryObserver(
         client, tables=[configs['ours']], data_spec=data_spec,
-        chunk_length=chunk_length)
+        writes=smart_replay.WriteOptions(chunk_length=chunk_length))
     stock = reverb_utils.ReverbAddTrajectoryObserver(
         client, 'stock', sequence_length, stride_length=stride_length)
     for step in record.steps:
@@ -419,10 +420,8 @@ def test_chunk_length_must_be_a_positive_integer(make_manager, data_spec,
   """Both the manager and the observer name the bad value."""
   with pytest.raises(ValueError, match=rf'chunk_length.*{value!r}'):
     make_manager(chunk_length=value)
-  with pytest.raises(ValueError, match=r'chunk_length must be None'):
-    observer_lib.TrajectoryObserver(
-        None, tables=[_PAIRS],
-        data_spec=data_spec, chunk_length=value)
+  with pytest.raises(ValueError, match=rf'chunk_length.*{value!r}'):
+    smart_replay.WriteOptions(chunk_length=value)
 
 
 def test_automatic_chunk_length_shrinks_for_large_steps():

@@ -9,9 +9,9 @@ which the next save prunes; the second samples without a timeout and yields
 Reverb's `SampleInfo` without importance weights.
 
 `ManagedReplayBuffer` keeps both calls and gives them the manager's meaning:
-its `py_client` is a `ManagedClient` whose `checkpoint()` is
-`ReplayBufferManager.checkpoint()`, and its `as_dataset` is
-`ReplayBufferManager.get_dataset` (timeouts that explain themselves, a
+its `py_client` is a `ManagedClient` whose `checkpoint()` is the manager's
+(`serving.Serving.checkpoint`), and its `as_dataset` is the manager's
+`get_dataset` (`sampling.Sampling`: timeouts that explain themselves, a
 `ReplayInfo` with importance weights and padding masks). `install` gives an
 existing `ReverbReplayBuffer` the managed client only.
 
@@ -19,7 +19,7 @@ existing `ReverbReplayBuffer` the managed client only.
 `_reverb_internal.set_py_client` sets it.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from absl import logging
 import reverb
@@ -29,6 +29,21 @@ from tf_agents.replay_buffers import reverb_replay_buffer
 from smart_replay import _reverb_internal as reverb_internal
 
 
+class Saves(Protocol):
+  """What saves the buffer: the manager's `serving.Serving`."""
+
+  def checkpoint(self, *, extra: Optional[dict] = None) -> str:
+    """Writes a verified checkpoint; returns its folder."""
+
+
+class Samples(Protocol):
+  """What samples the buffer: the manager's `sampling.Sampling`."""
+
+  def get_dataset(self, batch_size: int, num_steps: Optional[int] = None
+                  ) -> tf.data.Dataset:
+    """The manager's dataset of the buffer's first table."""
+
+
 class ManagedClient(reverb.Client):
   """A `reverb.Client` whose `checkpoint()` is the manager's.
 
@@ -36,12 +51,12 @@ class ManagedClient(reverb.Client):
 
   Args:
     server_address: 'host:port' of the Reverb server.
-    checkpoint: the manager's `checkpoint` method (returns the path).
+    saves: the manager's part that writes checkpoints.
   """
 
-  def __init__(self, server_address: str, *, checkpoint: Callable[[], str]):
+  def __init__(self, server_address: str, *, saves: Saves):
     super().__init__(server_address)
-    self._manager_checkpoint = checkpoint
+    self._saves = saves
 
   def checkpoint(self) -> str:
     """Writes a verified checkpoint through `ReplayBufferManager.checkpoint()`.
@@ -55,22 +70,21 @@ class ManagedClient(reverb.Client):
     """
     logging.info('replay_buffer.py_client.checkpoint() saves through '
                  'ReplayBufferManager.checkpoint().')
-    return self._manager_checkpoint()
+    return self._saves.checkpoint()
 
 
 def install(replay_buffer: reverb_replay_buffer.ReverbReplayBuffer, *,
-            checkpoint: Callable[[], str]) -> ManagedClient:
+            saves: Saves) -> ManagedClient:
   """Gives `replay_buffer` a `ManagedClient` as its `py_client`.
 
   Args:
     replay_buffer: a TF-Agents `ReverbReplayBuffer`.
-    checkpoint: the manager's `checkpoint` method.
+    saves: the manager's part that writes checkpoints.
 
   Returns:
     The new client (`replay_buffer.py_client`).
   """
-  client = ManagedClient(replay_buffer.py_client.server_address,
-                         checkpoint=checkpoint)
+  client = ManagedClient(replay_buffer.py_client.server_address, saves=saves)
   reverb_internal.set_py_client(replay_buffer, client)
   return client
 
@@ -82,22 +96,20 @@ class ManagedReplayBuffer(reverb_replay_buffer.ReverbReplayBuffer):
     data_spec: the spec of one step.
     table_name: the table `num_frames()` and `as_dataset` use.
     sequence_length: steps per item, or None for episode items.
-    checkpoint: the manager's `checkpoint` (what `py_client.checkpoint()`
-      calls).
-    make_dataset: `make_dataset(batch_size, num_steps)` returns the manager's
-      dataset of the table (what `as_dataset` returns).
+    saves: the manager's part that writes checkpoints (what
+      `py_client.checkpoint()` calls).
+    samples: the manager's part that makes datasets (what `as_dataset`
+      returns).
     **server: `local_server=` or `server_address=`, and any other
       `ReverbReplayBuffer` argument.
   """
 
   def __init__(self, data_spec: Any, table_name: str,
-               sequence_length: Optional[int], *,
-               checkpoint: Callable[[], str],
-               make_dataset: Callable[[int, Optional[int]], tf.data.Dataset],
-               **server):
+               sequence_length: Optional[int], *, saves: Saves,
+               samples: Samples, **server):
     super().__init__(data_spec, table_name, sequence_length, **server)
-    self._make_dataset = make_dataset
-    install(self, checkpoint=checkpoint)
+    self._samples = samples
+    install(self, saves=saves)
 
   def as_dataset(self, sample_batch_size: Optional[int] = None,
                  num_steps: Optional[int] = None,
@@ -117,7 +129,7 @@ class ManagedReplayBuffer(reverb_replay_buffer.ReverbReplayBuffer):
       num_steps: steps per sample, a divisor of the table's sequence length
         (None: the whole item).
       num_parallel_calls: accepted for compatibility; the pipeline's
-        parallelism is fixed (see `dataset.table_dataset`).
+        parallelism is fixed (see `sampling.dataset`).
       sequence_preprocess_fn: not supported: map the dataset instead.
       single_deterministic_pass: not supported: use
         `ReplayBufferManager.epoch()` to visit every item once.
@@ -142,6 +154,6 @@ class ManagedReplayBuffer(reverb_replay_buffer.ReverbReplayBuffer):
           'as_dataset(sequence_preprocess_fn=...) is not supported; apply it '
           'with dataset.map(lambda trajectory, info: (fn(trajectory), info)).')
     if sample_batch_size is None:
-      return self._make_dataset(1, num_steps).map(
+      return self._samples.get_dataset(1, num_steps).map(
           lambda *element: tf.nest.map_structure(lambda t: t[0], element))
-    return self._make_dataset(sample_batch_size, num_steps)
+    return self._samples.get_dataset(sample_batch_size, num_steps)

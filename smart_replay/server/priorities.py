@@ -1,13 +1,14 @@
-"""Priority state of prioritized tables, and the importance-sampling beta.
+"""Priority state of a server's prioritized tables, and priority updates.
 
 `Priorities` holds, per prioritized table, the largest priority given so far
 (a `tf.Variable`, so a Learner's `tf.function` can raise it); new items get
-it unless their table sets `initial_priority`. `update` checks and applies a
-batch of new priorities, eagerly or traced. `beta` is the annealed exponent
-of the importance-sampling weights.
+it unless their table sets `initial_priority` (the observers ask
+`new_item_priority`). `update` checks and applies a batch of new priorities,
+eagerly or traced, on one server; `update_sharded` on the shards that hold
+each key.
 """
 
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 import numpy as np
 import reverb
@@ -110,6 +111,36 @@ class Priorities:
         tf.concat([priorities, tf.zeros([1], tf.float64)], 0))))
     tf_client.update_priorities(config.name, keys, priorities)
 
+  def update_sharded(self, tf_clients: Sequence[reverb.TFClient],
+                     config: tables_lib.TableConfig, keys: Any,
+                     priorities: Any, shards: Any, *, serving: tf.Variable,
+                     where: Sequence[str]) -> None:
+    """Sets sampled items' priorities on the shards that hold them.
+
+    Args:
+      tf_clients: one `reverb.TFClient` per shard.
+      config: the prioritized table's `TableConfig`.
+      keys: uint64 item keys `[batch]` (or `[batch, num_steps]`).
+      priorities: `[batch]` new priorities.
+      shards: int32 `[batch]` (or `[batch, num_steps]`) shard of each key, as
+        `ReplayInfo.shard` gives it.
+      serving: False once the buffer stopped (a traced update then fails).
+      where: each shard's address, for messages.
+    """
+    if not tf.is_tensor(keys):  # Python ints above 2**63 need uint64 first.
+      keys = np.asarray(keys, np.uint64)
+    shards, keys = tf.convert_to_tensor(shards), tf.convert_to_tensor(keys)
+    priorities = tf.convert_to_tensor(priorities)
+    if shards.shape.rank == 2:
+      shards = shards[:, 0]
+    if keys.shape.rank == 2:
+      keys = keys[:, 0]
+    for index, client in enumerate(tf_clients):
+      mine = tf.equal(shards, index)
+      self.update(client, config, tf.boolean_mask(keys, mine),
+                  tf.boolean_mask(priorities, mine), serving=serving,
+                  where=where[index])
+
 
 def _check_eagerly(keys: tf.Tensor, priorities: tf.Tensor, table: str) -> None:
   """The shape and finiteness checks of an eager update, with the values."""
@@ -124,38 +155,3 @@ def _check_eagerly(keys: tf.Tensor, priorities: tf.Tensor, table: str) -> None:
         f'update_priorities: priorities[{bad[0]}] = {values[bad[0]]!r} is '
         f'not finite ({bad.size} such values; table {table!r}); a '
         'diverging loss gives NaN TD errors.')
-
-
-def beta(config: tables_lib.TableConfig, train_step: Optional[tf.Variable]
-         ) -> Optional[Callable[[], Any]]:
-  """The importance-sampling beta of `config`, as the dataset reads it.
-
-  Args:
-    config: the sampled table's config.
-    train_step: the train-step variable; needed when beta is annealed.
-
-  Returns:
-    None for tables that are not prioritized (weights of 1); else a callable
-    returning beta, annealed linearly from `importance_beta` to
-    `importance_beta_final` over `importance_beta_steps` train steps.
-
-  Raises:
-    ValueError: if beta is annealed and `train_step` is not a variable.
-  """
-  if not config.prioritized:
-    return None
-  start = config.importance_beta
-  if config.importance_beta_final is None:
-    return lambda: start
-  if not isinstance(train_step, tf.Variable):
-    raise ValueError(
-        f'table {config.name!r} anneals importance_beta from {start} to '
-        f'{config.importance_beta_final} over '
-        f'{config.importance_beta_steps} train steps; pass the train step '
-        f'variable as get_dataset(train_step=...), got {train_step!r}.')
-  final, steps = config.importance_beta_final, config.importance_beta_steps
-  def annealed():
-    progress = tf.minimum(tf.constant(1.0, tf.float64),
-                          tf.cast(train_step, tf.float64) / steps)
-    return start + (final - start) * progress
-  return annealed

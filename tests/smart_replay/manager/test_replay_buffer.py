@@ -1,4 +1,4 @@
-"""Tests for smart_replay.sampling.replay_buffer: the replay buffer a manager hands
+"""Tests for smart_replay.manager.replay_buffer: the replay buffer a manager hands
 out keeps the manager's guarantees for code written for stock TF-Agents."""
 
 import time
@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from smart_replay.config import tables
-from smart_replay.sampling import dataset as dataset_lib
-from smart_replay.sampling import replay_buffer as replay_buffer_lib
+import smart_replay
+from smart_replay.manager import replay_buffer as replay_buffer_lib
 from tests import testing
 
 
@@ -31,7 +31,7 @@ def test_as_dataset_yields_replay_info_with_weights(make_manager):
   manager.flush()
   trajectory, info = next(iter(replay_buffer.as_dataset(
       sample_batch_size=4, num_steps=2, num_parallel_calls=3)))
-  assert isinstance(info, dataset_lib.ReplayInfo)
+  assert isinstance(info, smart_replay.ReplayInfo)
   assert trajectory.step_type.shape == (4, 2)
   assert info.weight.shape == (4, 2) and info.weight.dtype == tf.float32
   assert np.all(info.weight.numpy() > 0) and np.all(info.weight <= 1)
@@ -58,7 +58,7 @@ def test_as_dataset_times_out_like_get_dataset(make_manager):
     next(iter(replay_buffer.as_dataset(sample_batch_size=2)))
   assert time.monotonic() - started < 30
   message = str(raised.value)
-  assert 'WaitTimeoutError' in message and "table 'experience'" in message
+  assert 'WaitTimeoutError' in message and 'table `experience`' in message
 
 
 def test_as_dataset_refuses_what_it_cannot_keep(make_manager):
