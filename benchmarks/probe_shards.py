@@ -1,14 +1,18 @@
-"""Probe (issue 27): a buffer sharded over 1, 2 and 4 servers on this machine.
+"""Probe: a buffer sharded over 1, 2 and 4 servers, and a starter mixed in.
 
 Each shard is a `smart-replay-serve` process; one writer process per shard
 (a client-mode manager with `actor_id` = the shard) writes float32[32] steps
-through the observer; then a learner (this process) samples the sharded
-buffer (batch 256, 2 steps) and checkpoints every shard at once. It prints
-the aggregate insert rate, each shard's, the sample rate and the
-checkpoint time for each number of shards.
+through the observer. Then a learner (this process) samples every buffer
+(batch 256, 2 steps) in alternating rounds, so that the machine's noise
+falls on each alike: one server's plain dataset, the 2-shard and the 4-shard
+buffer. Last, in this process, a local buffer's plain dataset and the same
+buffer with a starter mixed in (`starter_fraction=0.5`), alternating too.
+It prints one JSON line per buffer (insert rate, each shard's, the median
+sample rate and its median ratio to plain's in the same round, the
+checkpoint time) and one with the ratios.
 
 Run: .venv/bin/python benchmarks/probe_shards.py [--steps=20000]
-(about 3 minutes on 2 cores).
+(about 4 minutes on 2 cores).
 """
 
 import argparse
@@ -16,6 +20,7 @@ import json
 import multiprocessing
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,10 +30,10 @@ import portpicker
 
 import smart_replay
 from smart_replay.server import control_access
-from smart_replay.spec import specs
 from smart_replay_benchmarks import workload as wl_lib
 
 SPEC_SIZE = 32
+BATCH = 256
 
 
 def _write(addresses, token_file, shard, steps, ready, go, results):
@@ -68,71 +73,157 @@ def _serve(root, index, spec_file, token_file):
   return process, f'localhost:{port}'
 
 
-def measure(num_shards: int, steps: int, root: str) -> dict:
-  """Insert, sample and checkpoint figures with `num_shards` shards."""
+def _fill(addresses, token_file, steps):
+  """Writes `steps` steps into each shard at once; returns the total and
+  each shard's insert rate."""
+  context = multiprocessing.get_context('spawn')
+  results, ready, go = context.Queue(), context.Queue(), context.Event()
+  writers = [context.Process(target=_write,
+                             args=(addresses, token_file, i, steps, ready,
+                                   go, results))
+             for i in range(len(addresses))]
+  for writer in writers:
+    writer.start()
+  for _ in writers:  # Every writer connected: they start together.
+    ready.get(timeout=600)
+  began = time.time()
+  go.set()
+  reports = [results.get(timeout=600) for _ in writers]
+  wall = max(ended for _, _, ended in reports) - began
+  for writer in writers:
+    writer.join(60)
+  rates = {shard: rate for shard, rate, _ in reports}
+  return (len(addresses) * steps / wall,
+          [round(rates[i]) for i in range(len(addresses))])
+
+
+def _rate(iterator, seconds):
+  """Windows per second drawn from `iterator` for `seconds`."""
+  for _ in range(3):
+    next(iterator)
+  began, count = time.perf_counter(), 0
+  while time.perf_counter() - began < seconds:
+    next(iterator)
+    count += BATCH
+  return count / (time.perf_counter() - began)
+
+
+def _alternate(iterators, rounds, seconds):
+  """Each iterator's rates, measured in turn, `rounds` times (the order
+  turns each round, so that none is always measured first)."""
+  rates = {name: [] for name in iterators}
+  names = list(iterators)
+  for index in range(rounds):
+    turn = index % len(names)
+    for name in names[turn:] + names[:turn]:
+      rates[name].append(_rate(iterators[name], seconds))
+  return rates
+
+
+def _ratio(rates, name, reference):
+  """The median over rounds of `name`'s rate over `reference`'s in the same
+  round: measured minutes apart, two rates would share less of the
+  machine's drift."""
+  return round(statistics.median(
+      a / b for a, b in zip(rates[name], rates[reference])), 3)
+
+
+def sharded(steps, root, rounds, seconds):
+  """Insert, sample and checkpoint figures of 1, 2 and 4 shards."""
   spec = wl_lib.data_spec(SPEC_SIZE)
   spec_file = os.path.join(root, 'spec.pbtxt')
-  specs.save_spec(spec_file, spec)
+  smart_replay.save_spec(spec_file, spec)
   token_file = os.path.join(root, 'control.token')
-  if not os.path.exists(token_file):
-    control_access.new_token_file(token_file)
-  servers = [_serve(root, i, spec_file, token_file)
-             for i in range(num_shards)]
-  addresses = [address for _, address in servers]
+  control_access.new_token_file(token_file)
+  servers, groups = [], {}
   try:
-    context = multiprocessing.get_context('spawn')
-    results, ready, go = context.Queue(), context.Queue(), context.Event()
-    writers = [context.Process(target=_write,
-                               args=(addresses, token_file, i, steps, ready,
-                                     go, results))
-               for i in range(num_shards)]
-    for writer in writers:
-      writer.start()
-    for _ in writers:  # Every writer connected: they start together.
-      ready.get(timeout=600)
-    began = time.time()
-    go.set()
-    reports = [results.get(timeout=600) for _ in writers]
-    rates = {shard: rate for shard, rate, _ in reports}
-    wall = max(ended for _, _, ended in reports) - began
-    for writer in writers:
-      writer.join(60)
-    manager = smart_replay.ReplayBufferManager(
-        spec, server_address=addresses, control_token_file=token_file)
-    manager.connect()
-    batches = iter(manager.get_dataset(batch_size=256, num_steps=2))
-    for _ in range(5):
-      next(batches)
-    began, count = time.perf_counter(), 0
-    while time.perf_counter() - began < 5:
-      next(batches)
-      count += 256
-    sample_rate = count / (time.perf_counter() - began)
-    began = time.perf_counter()
-    manager.checkpoint()
-    checkpoint_s = time.perf_counter() - began
-    items = manager.num_frames()
-    manager.close()
+    for count in (1, 2, 4):
+      made = [_serve(os.path.join(root, f'x{count}'), i, spec_file,
+                     token_file) for i in range(count)]
+      servers += made
+      groups[count] = [address for _, address in made]
+    figures, managers, iterators = {}, {}, {}
+    for count, addresses in groups.items():
+      total, per_shard = _fill(addresses, token_file, steps)
+      figures[count] = {'shards': count, 'steps_per_writer': steps,
+                        'insert_steps_per_s_total': round(total),
+                        'insert_steps_per_s_per_shard': per_shard}
+      manager = smart_replay.ReplayBufferManager(
+          spec, server_address=addresses if count > 1 else addresses[0],
+          control_token_file=token_file)
+      manager.connect()
+      managers[count] = manager
+      iterators[count] = iter(manager.get_dataset(batch_size=BATCH,
+                                                  num_steps=2))
+    rates = _alternate(iterators, rounds, seconds)
+    for count, manager in managers.items():
+      began = time.perf_counter()
+      manager.checkpoint()
+      figures[count].update(
+          sample_windows_per_s=round(statistics.median(rates[count])),
+          sample_to_plain=_ratio(rates, count, 1),
+          sample_rounds=[round(r) for r in rates[count]],
+          checkpoint_s=round(time.perf_counter() - began, 2),
+          items=manager.num_frames())
+      manager.close()
+    return figures
   finally:
     for process, _ in servers:
       process.send_signal(signal.SIGKILL)
       process.wait(60)
-  return {'shards': num_shards, 'steps_per_writer': steps,
-          'insert_steps_per_s_total': num_shards * steps / wall,
-          'insert_steps_per_s_per_shard': [round(rates[i]) for i in
-                                           range(num_shards)],
-          'sample_elements_per_s': sample_rate, 'checkpoint_s': checkpoint_s,
-          'items': items}
+
+
+def starter_mix(steps, root, rounds, seconds):
+  """A local buffer's plain dataset and the same buffer with a starter of
+  as many steps mixed into every batch (half and half)."""
+  spec = wl_lib.data_spec(SPEC_SIZE)
+  stream = wl_lib.make_steps(wl_lib.Workload(steps=2 * steps, repeats=1), 0,
+                             2 * steps)
+  starter_dir = os.path.join(root, 'starter')
+  with smart_replay.ReplayBufferManager(
+      spec, capacity=10 * steps, checkpoint_dir=starter_dir) as starter:
+    _, observer = starter.create_replay_buffer()
+    for step in stream[:steps]:
+      observer(step)
+    starter.checkpoint()
+  with smart_replay.ReplayBufferManager(
+      spec, capacity=10 * steps, checkpoint_dir=os.path.join(root, 'run'),
+      starter_dir=starter_dir) as manager:
+    _, observer = manager.create_replay_buffer()
+    for step in stream[steps:]:
+      observer(step)
+    manager.flush()
+    iterators = {
+        'plain': iter(manager.get_dataset(batch_size=BATCH, num_steps=2)),
+        'starter_mix': iter(manager.get_dataset(
+            batch_size=BATCH, num_steps=2, starter_fraction=0.5))}
+    rates = _alternate(iterators, rounds, seconds)
+  return {name: {'sample_windows_per_s': round(statistics.median(r)),
+                 'sample_to_plain': _ratio(rates, name, 'plain'),
+                 'sample_rounds': [round(x) for x in r]}
+          for name, r in rates.items()}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--steps', type=int, default=20000)
-  parser.add_argument('--shards', default='1,2,4')
+  parser.add_argument('--rounds', type=int, default=9,
+                      help='alternating sample measurements of each buffer')
+  parser.add_argument('--seconds', type=float, default=3.0,
+                      help='length of one sample measurement')
   args = parser.parse_args()
-  for num_shards in map(int, args.shards.split(',')):
-    with tempfile.TemporaryDirectory() as root:
-      print(json.dumps(measure(num_shards, args.steps, root)), flush=True)
+  with tempfile.TemporaryDirectory() as root:
+    figures = sharded(args.steps, root, args.rounds, args.seconds)
+    mix = starter_mix(args.steps, root, args.rounds, args.seconds)
+  for count in sorted(figures):
+    print(json.dumps(figures[count]), flush=True)
+  for name, figure in mix.items():
+    print(json.dumps({'local': name, **figure}), flush=True)
+  print(json.dumps({
+      'sample_to_plain': {f'{count}_shards': figures[count]['sample_to_plain']
+                          for count in (2, 4)},
+      'starter_mix_to_local_plain': mix['starter_mix']['sample_to_plain']}),
+        flush=True)
 
 
 if __name__ == '__main__':

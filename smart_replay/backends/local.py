@@ -133,9 +133,8 @@ class LocalBackend(base.Backend):
             f'loading {source} into it would mix two buffers. Call '
             'load_replay_buffer() without a source to continue this buffer, '
             'or pass overwrite=True to replace it.')
-      return self._replacing(existing, lambda: checkpoint_folders.first_usable(
-          candidates, self._start_from,
-          failure=f'no usable checkpoint in {source}'))
+      return self._replacing(existing, lambda: self._start_first(
+          candidates, failure=f'no usable checkpoint in {source}'))
 
   def _check_port(self) -> None:
     # Checked before anything moves, so a busy port is never mistaken for a
@@ -177,6 +176,13 @@ class LocalBackend(base.Backend):
           f'the new server in {self._store.root} is not empty ({sizes}); '
           'something restored data into it.')
     return started
+
+  def _start_first(self, candidates: List[str], *,
+                   failure: str) -> base.Started:
+    """Starts from the first candidate that is usable (newest first)."""
+    for attempt in checkpoint_folders.attempts(candidates, failure=failure):
+      with attempt:
+        return self._start_from(attempt.path)
 
   def _start_from(self, path: str) -> base.Started:
     """Verifies `path`, compares its manifest, starts and checks the server."""

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
 
@@ -85,9 +85,7 @@ class StarterSource:
                                      self.source)
     self._root = tempfile.mkdtemp(prefix='smart_replay_starter_')
     try:
-      self.path, self.manifest = checkpoint_folders.first_usable(
-          candidates, self._open,
-          failure=f'no usable starter checkpoint in {self.source}')
+      self.path, self.manifest = self._open_first(candidates)
     except BaseException:
       self.close()
       raise
@@ -95,6 +93,13 @@ class StarterSource:
     logging.info('Starter %s (fingerprint %s): %d items in table %r, served '
                  'read-only at %s.', self.path, self.fingerprint, self.items,
                  self.table.name, self.client.server_address)
+
+  def _open_first(self, candidates: List[str]) -> Tuple[str, Any]:
+    """`(path, manifest)` of the first candidate that opens."""
+    for attempt in checkpoint_folders.attempts(
+        candidates, failure=f'no usable starter checkpoint in {self.source}'):
+      with attempt:
+        return self._open(attempt.path)
 
   def _open(self, path: str):
     manifest = checkpoint_folders.verify(path)

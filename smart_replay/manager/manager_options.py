@@ -9,7 +9,7 @@ like the newest checkpoint of a buffer directory.
 """
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from smart_replay.config import buffer as config_lib
 from smart_replay.config import options as options_lib
@@ -47,13 +47,19 @@ def from_checkpoint_arguments(source: str, checkpoint_dir: Optional[str],
                      "checkpoint's manifest; do not pass them (construct "
                      'ReplayBufferManager directly to change them).')
   candidates = checkpoint_folders.find_checkpoints(source)
-  stored = checkpoint_folders.first_usable(
-      candidates, checkpoint_folders.read_manifest,
-      failure=f'no readable manifest in {source}')
+  stored = _first_manifest(candidates, failure=f'no readable manifest in '
+                           f'{source}')
   config = config_lib.BufferConfig.from_manifest(stored)
   return {'data_spec': config.data_spec,
           'checkpoint_dir': checkpoint_dir or checkpoint_folders.buffer_dir_of(
               candidates[0]), **config.constructor_kwargs(), **kwargs}
+
+
+def _first_manifest(candidates: List[str], *, failure: str) -> Dict[str, Any]:
+  """The manifest of the first candidate whose manifest reads."""
+  for attempt in checkpoint_folders.attempts(candidates, failure=failure):
+    with attempt:
+      return checkpoint_folders.read_manifest(attempt.path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ crash-consistent commit, recovery and retention) is
 
 import os
 import re
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -154,40 +154,61 @@ def find_checkpoints(source: str) -> List[str]:
   return found
 
 
-def first_usable(candidates: Sequence[str], try_one: Callable[[str], Any], *,
-                 failure: str) -> Any:
-  """Returns `try_one(path)` of the first candidate it accepts.
+class Attempt:
+  """One candidate checkpoint of `attempts`, to use as a context: a
+  `CheckpointCorruptError` raised inside is recorded and the next candidate
+  is tried; any other error propagates.
 
-  Each candidate `try_one` rejects (by raising `CheckpointCorruptError`) is
-  logged, and so is falling back past them.
+  Attributes:
+    path: the candidate checkpoint folder.
+  """
+
+  def __init__(self, path: str, problems: List[str]):
+    self.path = path
+    self._problems = problems
+
+  def __enter__(self) -> 'Attempt':
+    return self
+
+  def __exit__(self, kind, error, traceback) -> bool:
+    if kind is None:
+      if self._problems:
+        logging.warning('Used %s because newer checkpoints are unusable: %s',
+                        self.path, ' | '.join(self._problems))
+      return False
+    if issubclass(kind, errors.CheckpointCorruptError):
+      self._problems.append(str(error))
+      logging.warning('%s', error)
+      return True  # The next candidate is tried.
+    return False
+
+
+def attempts(candidates: Sequence[str], *, failure: str) -> Iterator[Attempt]:
+  """Tries checkpoints in order until one is usable::
+
+      for attempt in attempts(find_checkpoints(source), failure='...'):
+        with attempt:
+          return load(attempt.path)  # CheckpointCorruptError: the next one
+
+  Each candidate rejected (by a `CheckpointCorruptError` in its `with`
+  block) is logged, and so is falling back past them.
 
   Args:
     candidates: checkpoint folders, preferred first (e.g. newest first, as
       `find_checkpoints` lists them).
-    try_one: uses one checkpoint; raises `CheckpointCorruptError` if it is
-      unusable.
     failure: the start of the message when none is usable, e.g.
       'no usable checkpoint in /buffers/run1'.
 
-  Returns:
-    What `try_one` returned for the first usable checkpoint.
+  Yields:
+    An `Attempt` per candidate, until the caller leaves the loop.
 
   Raises:
-    CheckpointCorruptError: if no candidate is usable; `failure`, then every
-      candidate's problem, separated by ' | '.
+    CheckpointCorruptError: once every candidate was rejected; `failure`,
+      then every candidate's problem, separated by ' | '.
   """
-  problems = []
+  problems: List[str] = []
   for path in candidates:
-    try:
-      result = try_one(path)
-    except errors.CheckpointCorruptError as e:
-      problems.append(str(e))
-      logging.warning('%s', e)
-      continue
-    if problems:
-      logging.warning('Used %s because newer checkpoints are unusable: %s',
-                      path, ' | '.join(problems))
-    return result
+    yield Attempt(path, problems)
   raise errors.CheckpointCorruptError(f'{failure}: ' + ' | '.join(problems))
 
 
@@ -222,6 +243,7 @@ def newest_verified(source: str) -> Tuple[str, dict]:
     CheckpointNotFoundError: if there is no checkpoint at `source`.
     CheckpointCorruptError: if none verifies; lists why.
   """
-  return first_usable(find_checkpoints(source),
-                      lambda path: (path, verify(path)),
-                      failure=f'no checkpoint in {source} verifies')
+  for attempt in attempts(find_checkpoints(source),
+                          failure=f'no checkpoint in {source} verifies'):
+    with attempt:
+      return attempt.path, verify(attempt.path)

@@ -181,6 +181,13 @@ def _data(path: str, source: str, scripts: Dict[str, str]) -> List[str]:
   return data
 
 
+# Who may depend on a target: the binaries and the package's public API
+# (`//smart_replay`, its `__init__.py`) are public; every other target is
+# the project's own (its modules may move or change without notice).
+PUBLIC, PROJECT = '//visibility:public', '//:__subpackages__'
+PUBLIC_API = os.path.join('smart_replay', '__init__.py')
+
+
 def _rule(path: str, deps: List[str], data: List[str]) -> str:
   folder, name = os.path.split(path)
   stem = name[:-3]
@@ -198,9 +205,11 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
   def local(labels):  # Buildifier's order: ':x' before '//x'.
     return sorted((_local(d, folder) for d in labels),
                   key=lambda d: (not d.startswith(':'), d))
+  public = (f'    visibility = ["{PUBLIC}"],\n' if path == PUBLIC_API
+            else '')
   return (f'{kind}(\n    name = "{target}",\n{extra}'
           + _list('srcs', srcs) + _list('data', local(data))
-          + _list('deps', local(deps)) + ')\n')
+          + _list('deps', local(deps)) + public + ')\n')
 
 
 def build_files(root: str) -> Dict[str, str]:
@@ -235,7 +244,8 @@ def build_files(root: str) -> Dict[str, str]:
       rules.append(rule)
     load = ('load("//tools/pytest:defs.bzl", "py_pytest")\n\n'
             if uses_pytest else '')
-    visibility = ('package(default_visibility = ["//visibility:public"])\n\n')
+    visibility = ('package(default_visibility = ["%s"])\n\n' % (
+        PUBLIC if folder == 'scripts' else PROJECT))
     if folder == FIXTURES:  # The committed buffers the fixtures describe.
       rules.append(FIXTURE_DATA)
     out[os.path.join(folder, 'BUILD')] = (HEADER + '\n' + load + visibility

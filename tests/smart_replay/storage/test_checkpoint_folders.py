@@ -118,33 +118,39 @@ def test_bad_keep(tmp_path, keep):
 
 # -- choosing the first usable checkpoint (no Reverb server) -------------------
 
+def _first(candidates, try_one, failure):
+  for attempt in checkpoints.attempts(candidates, failure=failure):
+    with attempt:
+      return try_one(attempt.path)
+
+
 @pytest.mark.unit
-def test_first_usable_falls_back_past_a_damaged_one():
+def test_attempts_fall_back_past_a_damaged_one():
   def try_one(path):
     if path == 'ckpt-3':
       raise errors.CheckpointCorruptError('ckpt-3 is damaged: x changed')
     return f'loaded {path}'
-  assert checkpoints.first_usable(['ckpt-3', 'ckpt-2', 'ckpt-1'], try_one,
-                                  failure='none') == 'loaded ckpt-2'
+  assert _first(['ckpt-3', 'ckpt-2', 'ckpt-1'], try_one,
+                failure='none') == 'loaded ckpt-2'
 
 
 @pytest.mark.unit
-def test_first_usable_lists_every_problem():
+def test_attempts_list_every_problem():
   def try_one(path):
     raise errors.CheckpointCorruptError(f'{path} is damaged')
   with pytest.raises(errors.CheckpointCorruptError,
                      match=r'^no usable checkpoint in /b: ckpt-2 is damaged '
                      r'\| ckpt-1 is damaged$'):
-    checkpoints.first_usable(['ckpt-2', 'ckpt-1'], try_one,
-                             failure='no usable checkpoint in /b')
+    _first(['ckpt-2', 'ckpt-1'], try_one,
+           failure='no usable checkpoint in /b')
 
 
 @pytest.mark.unit
-def test_first_usable_does_not_hide_other_errors():
+def test_attempts_do_not_hide_other_errors():
   def try_one(path):
     raise OSError(f'{path}: disk gone')
   with pytest.raises(OSError, match='disk gone'):
-    checkpoints.first_usable(['ckpt-1'], try_one, failure='none')
+    _first(['ckpt-1'], try_one, failure='none')
 
 
 @pytest.mark.unit
