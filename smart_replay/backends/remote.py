@@ -67,6 +67,7 @@ class RemoteBackend(base.Backend):
     self.where = f'the server at {server_address}'
     self.config = None
     self._control = self._probe = None
+    self._reverb = reverb.Client(server_address)
     self._served = None  # The server's 'info' answer.
     self._instances = instances_lib.Instances([server_address], [None])
     local = ('{method}() starts a local server; this manager is a client of '
@@ -107,7 +108,7 @@ class RemoteBackend(base.Backend):
       ManifestMismatchError: if the served config or tables differ from the
         local ones.
     """
-    client = reverb.Client(self._address)
+    client = self._reverb = reverb.Client(self._address)
     try:
       info = server_lib.server_info(client, self._connect_timeout_s)
     except errors.WaitTimeoutError as e:
@@ -297,27 +298,33 @@ class RemoteBackend(base.Backend):
       time.sleep(0.5)
 
   def instance(self, timeout_s: float) -> Optional[Dict[str, Any]]:
-    """Which instance of the server answers now, asked once.
+    """Which instance of the server answers now, asked once; its Reverb
+    port must answer too.
 
-    The channel is kept between calls and made anew after a failure (gRPC
-    would back off on the old one).
+    The control channel is kept between calls and made anew after a failure
+    (gRPC would back off on the old one). Asking Reverb's port reconnects
+    this process's connection to it after a restart (the first call on the
+    old one fails with 'Socket closed'), before any dataset needs it.
 
     Args:
-      timeout_s: how long the server may take to answer.
+      timeout_s: how long each service may take to answer.
 
     Returns:
-      The instance (`{'id', ...}`), or None if it did not answer.
+      The instance (`{'id', ...}`), or None if either service did not
+      answer.
     """
     if self._probe is None:
       self._probe = control_lib.ControlClient(self._control_address,
                                               credentials=self.credentials)
     try:
-      return self._probe.call('info', timeout_s=timeout_s).get(
+      instance = self._probe.call('info', timeout_s=timeout_s).get(
           'instance') or {}
+      server_lib.server_info(self._reverb, timeout_s)
     except errors.SmartReplayError:
       self._probe.close()
       self._probe = None
       return None
+    return instance
 
   def check_servers(self, timeout_s: float
                     ) -> List[instances_lib.Change]:

@@ -46,6 +46,7 @@ from smart_replay.utils import checks
 _SLOTS = 3
 # Chunks of windows each source's queue holds.
 _DEPTH = 3
+
 # The info fields of a window, packed into one uint64 column per window.
 _INFO = ('key', 'probability', 'table_size', 'priority', 'times_sampled')
 
@@ -222,10 +223,12 @@ class Batcher:
     in_flight = plan.batch_size if keep_partial else 2 * plan.batch_size
     message = source.timeout_message(plan.timeout_s)
 
+    items = source.items(windows, in_flight=in_flight,
+                         timeout_s=plan.timeout_s)  # One client for all.
+
     def stream(_):
-      chunks = windows.chunks(
-          source.items(windows, in_flight=in_flight, timeout_s=plan.timeout_s),
-          plan.batch_size, drop_remainder=not keep_partial)
+      chunks = windows.chunks(items, plan.batch_size,
+                              drop_remainder=not keep_partial)
       return chunks.concatenate(_raising(chunks.element_spec, message))
 
     def drawn(window: windows_lib.Window) -> Drawn:
@@ -291,9 +294,11 @@ class Batcher:
       # A stream ends at its next chunk once superseded (its source came
       # back with a new one) or closed (nothing stays blocked in a queue).
       current = lambda *_: tf.equal(generation[k], g) & ~closed
+      # One Reverb client per generation: its first stream asks the server
+      # for the table's signature, the next ones (after a rate limiter
+      # timeout) reuse what it read.
+      items = source.items(windows, in_flight=2 * c, timeout_s=plan.timeout_s)
       def one(_):
-        items = source.items(windows, in_flight=2 * c,
-                             timeout_s=plan.timeout_s)
         return windows.chunks(items, c).take_while(current).map(
             put).concatenate(tf.data.Dataset.range(1).map(tick))
       return tf.data.Dataset.range(2**62).take_while(current).flat_map(one)

@@ -33,14 +33,20 @@ class ServerWait:
       for good, and raises `WriteFailedError`.
     give_up: `give_up()` counts what the stream never got stored, starts it
       over, and returns `(lost_steps, lost_items)`.
+    outage: `outage(pending)` is told, once a wait starts waiting for the
+      server to come back, Reverb's `(unsent, unconfirmed)` items of that
+      moment (None if unknown): the others were confirmed by the server
+      that is gone.
   """
 
   def __init__(self, settings: settings_lib.WriterSettings, *,
                failed: Callable[[str, Exception], NoReturn],
-               give_up: Callable[[], Tuple[int, int]]):
+               give_up: Callable[[], Tuple[int, int]],
+               outage: Callable[[Optional[Tuple[int, int]]], None]):
     self._settings = settings
     self._failed = failed
     self._give_up = give_up
+    self._outage = outage
 
   def _server_holds_items(self, timed_out: Exception) -> bool:
     """Whether a timed-out wait was on items the server has but holds back.
@@ -123,6 +129,7 @@ class ServerWait:
           "['tables'][name]['rate_limiter']). The steps already confirmed are "
           'stored.') from timed_out
     began = time.monotonic()
+    self._outage(reverb_internal.pending_counts(timed_out))
     logging.warning(
         'The Reverb server at %s does not answer, or its writer is not '
         'reconnected yet (%s waited %g s); waiting up to %g s more '

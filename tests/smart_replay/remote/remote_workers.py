@@ -99,9 +99,11 @@ def sample_everything(address, expected_items, results):
   manager.close()
 
 
-def _phases(observer, seed, go, report, phases, steps, wait_s):
+def _phases(manager, observer, seed, go, report, phases, steps, wait_s):
   """Writes `steps` steps and flushes, `phases` times, waiting for `go`
-  between phases; calls `report(phase, counters)` after each."""
+  between phases; calls `report(phase, counters)` after each. The manager
+  flushes (its observer, then counts what a restart of its server lost), so
+  each report holds every loss so far."""
   env = testing.make_env(seed)
   policy = testing.make_policy(env, seed)
   for phase in range(phases):
@@ -109,15 +111,15 @@ def _phases(observer, seed, go, report, phases, steps, wait_s):
       go.wait(wait_s)
       go.clear()
     testing.run_actor(observer, steps, env=env, policy=policy)
-    observer.flush()
+    manager.flush()
     report(phase, observer.counters())
 
 
 def phased_actor(address, seed, go, results, phases=2, steps=150):
   """An actor in phases (`_phases`); reports `(phase, counters)`."""
   manager, observer = client(address, reconnect_timeout_s=60.0)
-  _phases(observer, seed, go, lambda *report: results.put(report), phases,
-          steps, wait_s=120)
+  _phases(manager, observer, seed, go, lambda *report: results.put(report),
+          phases, steps, wait_s=120)
   manager.close()
 
 
@@ -149,7 +151,7 @@ def pinned_actor(addresses, actor_id, go, results, phases=3, steps=100):
   phases (`_phases`); reports `(actor_id, phase, counters)`."""
   manager, observer = client(addresses, actor_id=actor_id,
                              reconnect_timeout_s=120.0)
-  _phases(observer, actor_id, go,
+  _phases(manager, observer, actor_id, go,
           lambda *report: results.put((actor_id, *report)), phases, steps,
           wait_s=240)
   manager.close()

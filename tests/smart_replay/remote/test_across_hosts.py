@@ -212,7 +212,8 @@ def auth_client(address, token_file, wrong_token_file, directory):
 def actor(addresses, actor_id, directory):
   """A pinned actor (token from `$SMART_REPLAY_CONTROL_TOKEN_FILE`): writes
   STEPS steps, reports; after `go`, STEPS more, reports; after `restored`,
-  flushes (it sees the restarted shard) and reports what it lost."""
+  flushes (its manager sees the restarted shard) and reports what it
+  lost."""
   from tests import testing  # pylint: disable=g-import-not-at-top
   from tests.smart_replay.remote import remote_workers  # pylint: disable=g-import-not-at-top
   _wait_file(os.path.join(directory, 'served'), START_S)
@@ -225,7 +226,7 @@ def actor(addresses, actor_id, directory):
       _wait_file(os.path.join(directory, wait))
     if wait != 'restored':
       testing.run_actor(observer, STEPS, env=env, policy=policy)
-    observer.flush()
+    manager.flush()  # Its observer's, then what a restart lost is counted.
     _write_report(os.path.join(directory, f'actor{actor_id}-{phase}.json'),
                   {'counters': observer.counters(),
                    'shard': manager.stats()['shards'][actor_id % len(

@@ -247,7 +247,10 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
     assert 'at least 6 item(s) it inserted after' in restarted.log()
     observer.flush()  # Waits for the server, then sends the pending items.
     assert observer.num_reconnects == 1
-    # The 6 items confirmed after the checkpoint died with the server.
+    # The 6 items confirmed after the checkpoint died with the server: the
+    # reconnect woke the manager's watcher, which tells the observer.
+    serve_process.wait_until(lambda: observer.num_lost_at_restart == 6,
+                             "the watcher's count of the restart's loss", 30)
     assert observer.num_lost_steps == 0
     assert observer.num_lost_items == observer.num_lost_at_restart == 6
     assert manager.stats()['lost_items'] == 6

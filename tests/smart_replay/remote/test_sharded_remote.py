@@ -153,7 +153,7 @@ def test_a_coordinated_restore_of_served_shards(served, tmp_path):
   coordinated_line = learner.checkpoint().splitlines()[0]
   saved = [_tables(learner.stats(), k)['experience']['items']
            for k in range(2)]
-  _, observer = writers[1]
+  writer, observer = writers[1]
   testing.run_actor(observer, 30, seed=7)
   observer.flush()
   learner.close()
@@ -164,7 +164,7 @@ def test_a_coordinated_restore_of_served_shards(served, tmp_path):
   assert restorer.loaded_checkpoint == coordinated_line
   assert [_tables(restorer.stats(), k)['experience']['items']
           for k in range(2)] == saved
-  observer.flush()  # Shard 1's writer sees the restart and counts its loss.
+  writer.flush()  # Shard 1's writer's manager sees the restart: it counts.
   assert observer.num_lost_items == observer.num_lost_at_restart == (
       observer.num_items - saved[1]) > 0
   restorer.close()
