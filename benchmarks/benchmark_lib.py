@@ -10,7 +10,7 @@ column per field) and 'blocks' (packed items of 32 steps). Measured:
 
 * insert steps/s: `TrajectoryObserver` (single environment, and batched over
   `num_envs` environments) vs TF-Agents' `ReverbAddTrajectoryObserver`;
-* sampling transitions/s: `dataset.table_dataset` (what
+* sampling transitions/s: `dataset.make_dataset` (what
   `ReplayBufferManager.get_dataset` returns) vs `ReverbReplayBuffer.as_dataset`;
 * checkpoint seconds, bytes and restore seconds of the buffers;
 * server memory: RSS growth of each buffer's server per million steps, vs the

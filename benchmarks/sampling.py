@@ -3,8 +3,9 @@
 Each pipeline reads one kind of buffer (`PIPELINES`):
 
 * stock: TF-Agents' `ReverbReplayBuffer.as_dataset` (one column per field);
-* ours: `dataset.table_dataset`, what `ReplayBufferManager.get_dataset`
-  returns, on the packed layout (decoded after batching);
+* ours: `dataset.make_dataset` of the buffer's one table, what
+  `ReplayBufferManager.get_dataset` returns, on the packed layout (decoded
+  after batching);
 * ours_columns: the same on the stock buffer (one column per field);
 * reverb_floor: a bare batched `reverb.TrajectoryDataset` of the packed
   buffer, not decoded: Reverb's sampling limit for that layout;
@@ -21,7 +22,10 @@ import reverb
 import tensorflow as tf
 from tf_agents.replay_buffers import reverb_replay_buffer
 
+from smart_replay.sampling import batcher as batcher_lib
 from smart_replay.sampling import dataset as dataset_lib
+from smart_replay.sampling import replay_info as replay_info_lib
+from smart_replay.sampling import sources as sources_lib
 from smart_replay_benchmarks import workload as workload_lib
 
 # pipeline: the buffer (`workload.BUFFERS` name) it reads.
@@ -88,9 +92,12 @@ def make_pipeline(name: str, client: reverb.Client, spec: Any,
   if name.startswith('blocks_w'):
     config = dataclasses.replace(
         config, windows_per_item=int(name[len('blocks_w'):]))
-  return dataset_lib.table_dataset(
-      client, config, data_spec=layout.step_spec, batch_size=batch_size,
-      decode=None if layout.name == 'columns' else layout.decode)
+  dataset, _ = dataset_lib.make_dataset(
+      [sources_lib.Source(client.server_address, config,
+                          group=replay_info_lib.ONLINE)],
+      plan=batcher_lib.SamplingPlan(batch_size=batch_size),
+      output=dataset_lib.Output(layout=layout, betas=[None]))
+  return dataset
 
 
 def measure_sampling(workload: workload_lib.Workload, spec: Any,

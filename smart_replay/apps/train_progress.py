@@ -5,8 +5,9 @@ at a last step off the phase grid:
 
 - into the Learner's train/ writer (`write_summaries`): TF-Agents' collect
   metrics (`Metrics/<name>`), the buffer's scalars
-  (`smart_replay.telemetry`) and, with a starter mixed in (`StarterShare`),
-  its scheduled share of a batch and the share the batches really had;
+  (`smart_replay.integrations.summaries`) and, with a starter mixed in
+  (`StarterShare`), its scheduled share of a batch and the share the batches
+  really had;
 - `TrainProgress`: train steps against the target with rate and ETA, the
   environment steps (and their rate), finished episodes, the recent collect
   return and the buffer's size, as a bar on a terminal or a log line at an

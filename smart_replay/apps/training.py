@@ -14,9 +14,9 @@ data is used is `starter_mode`:
 - 'mix': the starter is served read-only beside the run's (online) buffer,
   which starts empty; each batch draws every element from the starter with
   probability `starter_fraction`, fixed or annealed over train steps (see
-  `smart_replay.mixing`); the run's checkpoints record the starter by path
-  and fingerprint instead of copying it, and a resume continues the schedule
-  at the restored train step;
+  `smart_replay.sampling.fraction_schedule`); the run's checkpoints record
+  the starter by path and fingerprint instead of copying it, and a resume
+  continues the schedule at the restored train step;
 - 'none': the starter only gives the spec and environment; training uses
   only the run's own experience (a baseline).
 
@@ -34,7 +34,7 @@ Run layout::
                         EnvironmentSteps, NumberOfEpisodes,
                         EnvironmentStepsPerSecond), train_steps_per_sec and
                         the buffer's scalars (buffer/*, see
-                        `smart_replay.telemetry`; 'mix' adds
+                        `smart_replay.integrations.summaries`; 'mix' adds
                         buffer/starter/fraction, the scheduled share, and
                         buffer/starter/sampled_fraction, the share the
                         batches made since the last point had); at each

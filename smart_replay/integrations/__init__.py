@@ -4,15 +4,14 @@ TensorBoard scalars of a replay buffer, one line in a TF-Agents Learner::
 
     import smart_replay
     learner.Learner(..., triggers=[
-        smart_replay.telemetry.BufferSummaries(manager, interval=1000)])
+        smart_replay.BufferSummaries(manager, interval=1000)])
 
 writes `buffer/items`, `inserts`, `samples`, `sample_to_insert_ratio`, the
 rate limiter's blocked times and, for prioritized tables, `max_priority`
 (see `summaries`) into the Learner's own `<root_dir>/train` event file every
 `interval` train steps. Inside your own summary writer's scope,
-`smart_replay.telemetry.write_buffer_summaries(manager, step=train_step)`
-writes them once. `smart_replay.telemetry` is this package. `paired` saves
-and restores the agent and the buffer together.
+`smart_replay.write_buffer_summaries(manager, step=train_step)` writes them
+once. `paired` saves and restores the agent and the buffer together.
 """
 
 from smart_replay.integrations.summaries import buffer_scalars

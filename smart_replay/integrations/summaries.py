@@ -23,7 +23,7 @@
   the sums above (of the shards up); `shard<k>/up`: 1, or 0 while the shard
   does not answer.
 - `starter/items`: the items of a manager's read-only starter table (see
-  `smart_replay.mixing`), when it has one.
+  `smart_replay.sampling.fraction_schedule`), when it has one.
 """
 
 from typing import Any, Dict, Optional

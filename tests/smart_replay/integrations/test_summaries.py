@@ -112,7 +112,7 @@ def test_one_line_in_a_tf_agents_learner(tmp_path):
         experience_dataset_fn=lambda: manager.get_dataset(batch_size=8,
                                                           num_steps=2),
         summary_interval=1000,
-        triggers=[smart_replay.telemetry.BufferSummaries(manager, interval=3)])
+        triggers=[smart_replay.BufferSummaries(manager, interval=3)])
     for _ in range(3):
       trainer.run(iterations=2)  # Train steps 2 (written), 4, 6 (written).
     trainer.train_summary_writer.flush()
