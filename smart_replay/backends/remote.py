@@ -208,8 +208,8 @@ class RemoteBackend(base.Backend):
     Args:
       extra: user metadata for the manifest.
       counts: unused: the server counts what it saves.
-      starter: unused: client mode has no starter table (the manager
-        refuses `starter_dir` with `server_address`).
+      starter: unused: the server's checkpoints record no starter (a
+        client's starter is its own, for its datasets).
 
     Returns:
       The checkpoint folder on the server's machine.

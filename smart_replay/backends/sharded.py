@@ -156,7 +156,7 @@ class ShardedBackend(base.Backend):
     Args:
       extra: user metadata, kept with every shard's checkpoint.
       counts: unused: the servers count what they save.
-      starter: unused (client mode serves no starter).
+      starter: unused: the servers' checkpoints record no starter.
 
     Returns:
       'coordinated <id>', then '<shard address> <checkpoint folder>' of

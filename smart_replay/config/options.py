@@ -100,7 +100,8 @@ class LocalBuffer:
     checkpoint_dir: the buffer directory (checkpoints, manifests, lock).
     keep_checkpoints: complete checkpoints kept on disk, >= 1.
     port: the server's port; None picks a free one.
-    starter_dir: a starter buffer served read-only beside this one.
+    starter_dir: a starter buffer served read-only beside this one, for
+      `get_dataset(starter_fraction=...)`.
     allow_version_mismatch: load checkpoints of other dm-reverb, tensorflow
       or tf-agents versions (with a warning) instead of refusing.
 
@@ -162,6 +163,8 @@ class RemoteBuffer:
       service's certificate: connect with TLS.
     control_tls_cert_file: this client's certificate, for mutual TLS.
     control_tls_key_file: its private key.
+    starter_dir: a starter buffer served read-only in this process (not on
+      the servers), for this client's `get_dataset(starter_fraction=...)`.
 
   Raises:
     ValueError: if an address is not 'host:port', `restart_check_s` is not
@@ -175,6 +178,7 @@ class RemoteBuffer:
   control_tls_ca_file: Optional[str] = None
   control_tls_cert_file: Optional[str] = None
   control_tls_key_file: Optional[str] = None
+  starter_dir: Optional[str] = None
 
   def __post_init__(self):
     addresses = self.server_address
@@ -196,7 +200,8 @@ class RemoteBuffer:
         raise ValueError(f"{name} must be 'host:port', got {value!r}.")
     checks.positive('restart_check_s', self.restart_check_s)
     for name in ('control_token_file', 'control_tls_ca_file',
-                 'control_tls_cert_file', 'control_tls_key_file'):
+                 'control_tls_cert_file', 'control_tls_key_file',
+                 'starter_dir'):
       value = getattr(self, name)
       if value is not None and (not isinstance(value, (str, os.PathLike))
                                 or not str(value)):

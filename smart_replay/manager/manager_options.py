@@ -129,11 +129,7 @@ def _location(given: Optional[options_lib.Location], shape: Any,
     location = given
   elif 'server_address' in flat:
     address = flat['server_address']
-    if flat.get('starter_dir') is not None:
-      raise ValueError(f'starter_dir={flat["starter_dir"]!r} needs an '
-                       f'in-process buffer; client mode (server_address='
-                       f'{address!r}) serves no starter table.')
-    local = {f: flat[f] for f in _LOCAL if f in flat}
+    local = {f: flat[f] for f in _LOCAL if f in flat and f not in _REMOTE}
     options_lib.RemoteBuffer(server_address=address)  # Checks the address.
     if local:
       raise ValueError(
@@ -143,7 +139,8 @@ def _location(given: Optional[options_lib.Location], shape: Any,
     location = options_lib.RemoteBuffer(
         **{f: flat[f] for f in _REMOTE if f in flat})
   else:
-    remote_only = [f'{f}={flat[f]!r}' for f in _REMOTE if f in flat]
+    remote_only = [f'{f}={flat[f]!r}' for f in _REMOTE
+                   if f in flat and f not in _LOCAL]
     if remote_only:
       raise ValueError(f'{", ".join(remote_only)}: for client mode; give '
                        'server_address= too.')

@@ -166,9 +166,8 @@ class Sampling:
     if starter is None:
       raise errors.ManagerStateError(
           f'starter_fraction={schedule.describe()} needs a starter table: '
-          'build the manager with starter_dir=<a starter buffer>'
-          + (' (a client of standalone servers serves none).'
-             if self._options.remote else '.'))
+          'build the manager with starter_dir=<a starter buffer> (a client '
+          'of standalone servers serves it in its own process).')
     mixable.check_mixable(
         config, starter.table, online_spec=running.config.data_spec,
         starter_spec=starter.config.data_spec,

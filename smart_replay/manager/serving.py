@@ -89,7 +89,7 @@ class Serving:
     self.make_observer(num_envs=options.writes.num_envs)
     local = options.local
     running.starter = starter_lib.open_for(
-        local.starter_dir if local else None,
+        options.location.starter_dir,
         manifest.get(starter_lib.MANIFEST_KEY) if manifest else None,
         loading=manifest is not None,
         where=started.loaded and started.loaded['path'],

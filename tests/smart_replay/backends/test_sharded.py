@@ -214,3 +214,49 @@ def test_a_batched_environment_writes_all_its_environments_to_one_shard(
            for s in manager.stats()['shards']]
   assert sizes == [0, 0, observer.num_items] and observer.num_items > 30
   manager.close()
+
+
+def test_a_client_of_shards_mixes_in_its_own_starter(shards, data_spec,
+                                                     make_manager, tmp_path):
+  """A learner of a sharded buffer serves a starter in its own process and
+  mixes it into every batch; priority updates go to the shards only."""
+  from tests.smart_replay.backends import test_starter  # pylint: disable=g-import-not-at-top
+  addresses = shards(2, table_configs=[smart_replay.TableConfig(
+      sampler='prioritized')])
+  for actor_id in range(2):
+    manager, observer = _client(addresses, data_spec, actor_id=actor_id)
+    testing.run_actor(observer, 40, seed=actor_id)
+    manager.flush()
+    manager.close()
+  starter_dir = test_starter.make_starter(
+      make_manager, tmp_path / 'starter', steps=60, seed=5,
+      table_configs=[smart_replay.TableConfig(sampler='prioritized')])
+  with smart_replay.ReplayBufferManager.from_checkpoint(
+      starter_dir, checkpoint_dir=str(tmp_path / 'reader')) as reader:
+    reader.load_replay_buffer(starter_dir)
+    starter_keys = set(testing.sample_all_items(reader))
+  learner, _ = _client(addresses, data_spec, actor_id=0,
+                       starter_dir=starter_dir)
+  try:
+    batches = iter(learner.get_dataset(batch_size=32, num_steps=2,
+                                       starter_fraction=0.5))
+    seen = collections.Counter()
+    for _ in range(20):
+      _, info = next(batches)
+      for source, shard, key in zip(info.source.numpy()[:, 0],
+                                    info.shard.numpy()[:, 0],
+                                    info.key.numpy()[:, 0]):
+        seen[(int(source), int(shard))] += 1
+        if source == smart_replay.STARTER:
+          assert int(key) in starter_keys
+    assert set(seen) == {(smart_replay.ONLINE, 0), (smart_replay.ONLINE, 1),
+                         (smart_replay.STARTER, 0)}
+    share = sum(n for (s, _), n in seen.items() if s) / sum(seen.values())
+    assert abs(share - 0.5) < 5 * np.sqrt(0.25 / sum(seen.values()))
+    update = learner.priority_update_fn(priorities_fn=lambda loss: loss)
+    experience = next(batches)
+    update(experience, tf.fill([32], 7.0))  # Online keys only, per shard.
+    assert learner.stats()['tables']['experience']['max_priority'] == (
+        pytest.approx(7.0, abs=1e-3))
+  finally:
+    learner.close()

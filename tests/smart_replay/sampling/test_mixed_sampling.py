@@ -204,10 +204,6 @@ def test_misuse_is_refused_with_what_to_do(make_manager, tmp_path):
   with pytest.raises(smart_replay.StarterMismatchError,
                      match='written without a starter'):
     asking.load_replay_buffer()
-  with pytest.raises(ValueError, match='client mode'):
-    smart_replay.ReplayBufferManager(
-        data_spec=testing.collect_data_spec(testing.make_env()),
-        server_address='localhost:1', starter_dir=starter_dir)
   queue = make_manager(tmp_path / 'queue', starter_dir=starter_dir,
                        table_configs=[smart_replay.TableConfig(
                            sampler='fifo', max_times_sampled=1)])

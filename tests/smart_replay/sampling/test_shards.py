@@ -136,3 +136,60 @@ def test_shards_of_other_configs_are_refused():
       capacity=10, sequence_length=2, stride_length=1)
   with pytest.raises(ValueError, match='queues'):
     mixable.check_shards([queue, queue])
+
+
+def _mixed(managers, starter, fraction, online_beta=None):
+  """The one batcher over the managers' shards and a starter table."""
+  sources = [sources_lib.Source(m.server_address, m.table_configs[0],
+                                group=0, shard=k, size=m.num_frames(),
+                                watched=True)
+             for k, m in enumerate(managers)]
+  sources.append(sources_lib.Source(starter.server_address,
+                                    starter.table_configs[0], group=1,
+                                    size=starter.num_frames()))
+  dataset, _ = dataset_lib.make_dataset(
+      sources, plan=batcher.SamplingPlan(batch_size=dist.BATCH, timeout_s=10),
+      shares=lambda: tf.constant([1.0 - fraction, fraction], tf.float64),
+      output=dataset_lib.Output(
+          layout=layouts.make_layout('columns', dist._spec()),  # pylint: disable=protected-access
+          betas=[online_beta, None]))
+  return dataset
+
+
+def test_a_starter_mixed_into_a_sharded_buffer(sharded, tmp_path):
+  """Every online item 0.75 / 252, every starter item 0.25 / 42: the starter
+  gets its fraction, the shards theirs by size, each item uniform within."""
+  managers = sharded(tables.TableConfig(name='experience'))
+  starter = manager_lib.ReplayBufferManager(
+      dist._spec(), capacity=1000, layout='columns',  # pylint: disable=protected-access
+      checkpoint_dir=str(tmp_path / 'starter'),
+      table_configs=[tables.TableConfig(name='experience')])
+  starter.create_replay_buffer()
+  dist._write(starter.make_observer())  # pylint: disable=protected-access
+  try:
+    counts = collections.Counter()
+    batches = iter(_mixed(managers, starter, 0.25))
+    for _ in range(4):
+      next(batches)
+    for _ in range(dist.SAMPLES // dist.BATCH):
+      _, info = next(batches)
+      counts.update(zip(info.source.numpy()[:, 0].tolist(),
+                        info.shard.numpy()[:, 0].tolist(),
+                        info.key.numpy()[:, 0].tolist()))
+      np.testing.assert_array_equal(info.weight.numpy(), 1.0)
+    assert len(counts) == sum(ITEMS) + 42  # Every item of both buffers.
+    expected = {(g, s, k): dist.SAMPLES * (0.25 / 42 if g else
+                                           0.75 / sum(ITEMS))
+                for (g, s, k) in counts}
+    assert dist._p_value(counts, expected) > 1e-4  # pylint: disable=protected-access
+    by_source = collections.Counter()
+    for (group, shard, _), n in counts.items():
+      by_source[(group, shard)] += n
+    want = {(0, s): dist.SAMPLES * 0.75 * n / sum(ITEMS)
+            for s, n in enumerate(ITEMS)}
+    want[(1, 0)] = dist.SAMPLES * 0.25
+    assert dist._p_value(by_source, want) > 1e-4  # pylint: disable=protected-access
+    wrong = {key: dist.SAMPLES / 4 for key in want}  # Each source alike.
+    assert dist._p_value(by_source, wrong) < 1e-6  # pylint: disable=protected-access
+  finally:
+    starter.close()
