@@ -256,7 +256,7 @@ def test_the_examples_use_only_the_public_api(example):
 
 @pytest.mark.unit
 def test_every_example_is_checked():
-  # Bazel's runfiles add an empty examples/__init__.py; it is no example.
+  # Bazel's runfiles add an empty __init__.py to the folder; no example.
   found = glob.glob(os.path.join(ROOT, 'examples', '*.py'))
   assert sorted(os.path.relpath(path, ROOT) for path in found
                 if os.path.basename(path) != '__init__.py') == sorted(EXAMPLES)
