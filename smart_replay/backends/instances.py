@@ -64,10 +64,15 @@ class Instances:
         if self._up[k]:
           self._up[k] = False
           self._down_events[k] += 1
-          logging.warning('Shard %d (%s) does not answer: sampling goes on '
-                          'from the other shards without it (down %d '
-                          'time(s) so far).', k, self._addresses[k],
-                          self._down_events[k])
+          if len(self._addresses) > 1:
+            logging.warning('Shard %d (%s) does not answer: sampling goes '
+                            'on from the other shards without it (down %d '
+                            'time(s) so far).', k, self._addresses[k],
+                            self._down_events[k])
+          else:
+            logging.warning('The server %s does not answer (down %d '
+                            'time(s) so far).', self._addresses[k],
+                            self._down_events[k])
           changes.append(Change(k, DOWN))
         continue
       restarted = answer.get('id') != self._ids[k]
@@ -75,9 +80,13 @@ class Instances:
         continue
       if self._up[k]:
         self._down_events[k] += 1
-      logging.warning('Shard %d (%s) is serving again%s; its samples are '
-                      'drawn again.', k, self._addresses[k],
-                      ' (a new instance: it restarted)' if restarted else '')
+      again = ' (a new instance: it restarted)' if restarted else ''
+      if len(self._addresses) > 1:
+        logging.warning('Shard %d (%s) is serving again%s; its samples are '
+                        'drawn again.', k, self._addresses[k], again)
+      else:
+        logging.warning('The server %s is serving again%s.',
+                        self._addresses[k], again)
       self._ids[k], self._up[k] = answer.get('id'), True
       changes.append(Change(k, RESTARTED if restarted else UP, answer))
     return changes

@@ -6,7 +6,7 @@ each) and checks that they serve one config; the manager's observers write
 to one shard, `writer_shard`, chosen from `RemoteBuffer.actor_id` (stable:
 `actor_id % len(shards)`) or, without one, from the host name and process
 id; `get_dataset` samples every shard as one big table would
-(`sampling.shards`). A checkpoint is one coordinated checkpoint of every
+(`sampling.batcher`). A checkpoint is one coordinated checkpoint of every
 shard, and `load_replay_buffer` brings every shard back to one
 (`coordinated`).
 """
@@ -178,8 +178,8 @@ class ShardedBackend(base.Backend):
 
   def load(self, source: Optional[str], *, overwrite: bool) -> base.Started:
     """Connects, then brings every shard back to one coordinated checkpoint
-    (`coordinated_checkpoints.restore`); each shard restores in place, so connected
-    writers see a restart and count what they lose.
+    (`coordinated_checkpoints.restore`); each shard restores in place, so
+    connected writers see a restart and count what they lose.
 
     Args:
       source: a coordinated checkpoint id; None: the newest complete one.
@@ -187,7 +187,8 @@ class ShardedBackend(base.Backend):
 
     Returns:
       What was started; `loaded` is `{'path': 'coordinated <id>',
-      'manifest': the whole buffer's counts (`coordinated_checkpoints.as_manifest`)}`.
+      'manifest': the whole buffer's counts
+      (`coordinated_checkpoints.as_manifest`)}`.
 
     Raises:
       ValueError: if `overwrite` is True.
@@ -201,7 +202,8 @@ class ShardedBackend(base.Backend):
                        "on_existing='overwrite' to empty them.")
     self.connect()
     try:
-      record = coordinated_checkpoints.restore(self._call, self.addresses, source)
+      record = coordinated_checkpoints.restore(self._call, self.addresses,
+                                               source)
     finally:
       self.stop()
     # Each shard's Reverb server restarted in place: connect again, so that

@@ -145,7 +145,7 @@ class RemoteBuffer:
     server_address: 'host:port' of its Reverb server; or a list of them, one
       per shard of a sharded buffer (each a `smart-replay-serve` of the same
       spec and tables): writers write to one shard, `get_dataset` samples
-      all of them as one table (see `sampling.shards`).
+      all of them as one table (see `sampling.batcher`).
     control_address: its control service; None: the Reverb port + 1 (of
       each shard).
     actor_id: which shard this client's observers write to, `actor_id %

@@ -154,8 +154,8 @@ class ReplayBufferManager:
       CheckpointNotFoundError: if there is no checkpoint at `source`.
       CheckpointCorruptError: if no checkpoint there has a readable manifest.
     """
-    return cls(**manager_options.from_checkpoint_arguments(source, checkpoint_dir,
-                                                      kwargs))
+    return cls(**manager_options.from_checkpoint_arguments(
+        source, checkpoint_dir, kwargs))
 
   # ----------------------------------------------------------------- start-up
 

@@ -1,4 +1,4 @@
-"""The TF-Agents replay buffer a manager hands out, with the manager's guarantees.
+"""The TF-Agents replay buffer a manager hands out, with its guarantees.
 
 Code written for stock TF-Agents saves with
 `replay_buffer.py_client.checkpoint()` and samples with

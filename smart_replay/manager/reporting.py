@@ -30,7 +30,8 @@ class Reporting:
   """
 
   def __init__(self, state: state_lib.State,
-               options: manager_options.ManagerOptions, backend: backend_lib.Backend):
+               options: manager_options.ManagerOptions,
+               backend: backend_lib.Backend):
     self._state, self._options, self._backend = state, options, backend
 
   def _running(self) -> state_lib.Running:

@@ -36,7 +36,8 @@ class Sampling:
   """
 
   def __init__(self, state: state_lib.State,
-               options: manager_options.ManagerOptions, backend: backend_lib.Backend):
+               options: manager_options.ManagerOptions,
+               backend: backend_lib.Backend):
     self._state, self._options, self._backend = state, options, backend
 
   def _running(self) -> state_lib.Running:
@@ -77,9 +78,9 @@ class Sampling:
       prefetch: batches to prefetch.
       starter_fraction: mix the manager's read-only starter table (see
         `starter_dir`) into each batch: each element comes from it with this
-        probability, a number in [0, 1] or a `mixing.FractionSchedule`
-        (annealed by `train_step`); importance weights are then computed per
-        source (see `smart_replay.sampling.mixing`). None: only `table_name`.
+        probability, a number in [0, 1] or a `FractionSchedule` (annealed
+        by `train_step`); importance weights are then computed per source
+        (see `sampling.batcher`). None: only `table_name`.
 
     Returns:
       A dataset of `(Trajectory[batch, num_steps, ...], ReplayInfo)`; the
@@ -254,7 +255,8 @@ class Sampling:
       running.counts.priorities.update_sharded(
           [tf_client for _, tf_client in running.shards], config, keys,
           priorities, shards, serving=self._state.serving,
-          where=[c.server_address for c, _ in running.shards])
+          where=[c.server_address for c, _ in running.shards],
+          up=running.shards_up)
       return
     running.counts.priorities.update(
         running.tf_client, config, keys, priorities,

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
 import reverb
+import tensorflow as tf
 
 from smart_replay import errors
 from smart_replay.backends import base as backend_lib
@@ -84,7 +85,11 @@ class Serving:
         tf_client=reverb.TFClient(started.client.server_address),
         counts=state_lib.Counts(config, manifest),
         shards=tuple((client, reverb.TFClient(client.server_address))
-                     for client in started.shards))
+                     for client in started.shards),
+        shards_up=tf.Variable(
+            [state['up'] for state in self._backend.server_states()]
+            or [True] * len(started.shards), dtype=tf.bool,
+            trainable=False) if started.shards else None)
     self._state.serving.assign(True)
     self.make_observer(num_envs=options.writes.num_envs)
     local = options.local

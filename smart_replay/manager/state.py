@@ -138,6 +138,8 @@ class Running:
     starter: the read-only starter table served beside the buffer, or None.
     shards: a sharded buffer's clients and TF clients, one pair per shard
       (`client` is the one written to); empty for one server.
+    shards_up: bool `[shards]`, whether each shard answers (set by the
+      watcher; priority updates skip a shard that is down).
     batchers: the batchers of its datasets.
   """
   client: reverb.Client
@@ -149,6 +151,7 @@ class Running:
       default_factory=list)
   starter: Optional[starter_lib.StarterSource] = None
   shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
+  shards_up: Optional[tf.Variable] = None
   batchers: Batchers = dataclasses.field(default_factory=Batchers)
 
   def flush(self) -> None:

@@ -9,6 +9,7 @@ answers, and what changed) and tells, never asks, the parts below it:
   the next batches, one that answers again gets a new Reverb stream
   (`Batcher.source_down`, `source_up`), and a waiting batch checks its
   timeout (`Batcher.tick`);
+* the priority updates: a shard that is down gets none (`shards_up`);
 * the observers: the items a restart of their server lost are counted
   (`TrajectoryObserver.count_restart_loss`, once per restart, whichever of
   the watcher, `flush()` and `checkpoint()` sees it first).
@@ -89,7 +90,11 @@ class Watcher:
     """One round: asks the servers, tells the batchers and the observers."""
     changes = self._backend.check_servers(CHECK_TIMEOUT_S)
     batchers = self._batchers()
+    running = self._state.running
     for change in changes:
+      up = running.shards_up if running else None
+      if up is not None and change.server < up.shape[0]:
+        up[change.server].assign(change.kind != instances.DOWN)
       for batcher in batchers:
         if change.kind == instances.DOWN:
           batcher.source_down(change.server)

@@ -27,6 +27,14 @@ spare feeding slots, since a stream whose server died cannot be
 interrupted). A batch waits at most the timeout for its sources, then its
 iterator raises (naming the table and server), and the same iterator draws
 the next batch.
+
+Nothing grows or waits without bound: a feed takes a room token before it
+puts a chunk (a batch gives one back per chunk it takes), so it waits for
+room in its own token queue, where `close()` wakes it to end; the signals
+queue at most a few wakes, so a dataset nobody iterates fills nothing. The
+queues of a dataset of several sources hold up to a few chunks per source
+until the process ends (a destroyed queue crashed it, below): make a
+dataset once per learner, not per step.
 """
 
 import dataclasses
@@ -46,6 +54,10 @@ from smart_replay.utils import checks
 _SLOTS = 3
 # Chunks of windows each source's queue holds.
 _DEPTH = 3
+# Wakes queued at most by the signals (a batch drains them all at once).
+_WAKES = 64
+# Room tokens a source's queue can hold (its depth, plus close()'s).
+_ROOMS = 64
 
 # The info fields of a window, packed into one uint64 column per window.
 _INFO = ('key', 'probability', 'table_size', 'priority', 'times_sampled')
@@ -112,7 +124,7 @@ class _Queue:
   interpreter exit may happen before a `tf.data` iterator blocked in it is
   destroyed: cancelling that blocked op then crashed the process (seen:
   SIGSEGV in `QueueBase::Cancel` from `~IteratorResource`). These queues
-  live as long as the process; `drain` frees what they hold.
+  live as long as the process.
 
   Args:
     dtypes: the components' dtypes.
@@ -146,9 +158,10 @@ class _Queue:
     """Elements it holds now."""
     return tf.raw_ops.QueueSizeV2(handle=self.handle)
 
-  def drain(self) -> None:
-    """Takes (and drops) every element it holds now."""
-    self.dequeue_many(self.size())
+  def enqueue_many(self, components: Sequence[Any]) -> tf.Operation:
+    """Adds the elements stacked in `components` (waits while full)."""
+    return tf.raw_ops.QueueEnqueueManyV2(handle=self.handle,
+                                         components=list(components))
 
 
 def _pack_info(info: Any) -> tf.Tensor:
@@ -205,13 +218,9 @@ class Batcher:
     # A watched source's shard -> its index.
     self._watched = {s.shard: k for k, s in enumerate(sources) if s.watched}
     self._lock = threading.Lock()
+    self._closed = tf.Variable(False, trainable=False)
     if len(sources) > 1:
       self._make_state()
-
-  @property
-  def sources(self) -> List[sources_lib.Source]:
-    """The sources, in order (their index is the one the signals take)."""
-    return list(self._sources)
 
   # ----------------------------------------------------------------- one
 
@@ -231,8 +240,12 @@ class Batcher:
                               drop_remainder=not keep_partial)
       return chunks.concatenate(_raising(chunks.element_spec, message))
 
+    closed = self._closed
+
     def drawn(window: windows_lib.Window) -> Drawn:
-      zeros = tf.zeros_like(window.info.key, tf.int32)
+      check = tf.debugging.Assert(~closed, [self._closed_message])
+      with tf.control_dependencies([check]):
+        zeros = tf.zeros_like(window.info.key, tf.int32)
       return Drawn(window, zeros + source.group, zeros,
                    window.info.probability,
                    tf.cast(window.info.table_size, tf.float64))
@@ -254,15 +267,22 @@ class Batcher:
     self._data_spec = spec.data
     dtypes = [s.dtype for s in self._flat_spec]
     shapes = [s.shape for s in self._flat_spec]
+    # A feed takes a room token before it puts a chunk, and a batch gives
+    # one back per chunk it takes: a feed waits for room in `_rooms`, never
+    # in a chunk queue, and close() wakes it there (no queue is ever
+    # closed or drained under a consumer).
     self._queues = [_Queue(dtypes, shapes, _DEPTH) for _ in range(n)]
+    self._rooms = [_Queue([tf.int32], [[]], _ROOMS) for _ in range(n)]
+    for room in self._rooms:
+      room.enqueue_many([tf.zeros([_DEPTH], tf.int32)])
     self._carry = [[tf.Variable(tf.zeros([0] + s.shape[1:], s.dtype),
                                 shape=[None] + s.shape[1:], trainable=False)
                     for s in self._flat_spec] for _ in range(n)]
     self._wake = _Queue([tf.int32], [[]], 1 << 20)
-    self._starts = [_Queue([tf.int64], [[]], 64) for _ in range(n)]
+    # Tokens to start a stream of the current generation (-1: end a slot).
+    self._starts = [_Queue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
     self._generation = tf.Variable(tf.zeros([n], tf.int64), trainable=False)
     self._up = tf.Variable(tf.ones([n], tf.bool), trainable=False)
-    self._closed = tf.Variable(False, trainable=False)
     start = [float(max(s.size or 1, 1)) for s in self._sources]
     self._masses = tf.Variable(tf.constant(start, tf.float64),
                                trainable=False)
@@ -274,21 +294,24 @@ class Batcher:
     """What feeds source k's queue: its streams, one per generation."""
     source, plan = self._sources[k], self._plan
     windows, c = self._windows[source.group], plan.chunk_windows
-    queue, wake = self._queues[k], self._wake
+    queue, wake, room = self._queues[k], self._wake, self._rooms[k]
     generation = self._generation
+
+    closed = self._closed
 
     def put(window: windows_lib.Window) -> tf.Tensor:
       flat = [_pack_info(window.info), window.mask] + tf.nest.flatten(
           window.data)
-      with tf.control_dependencies([queue.enqueue(flat)]):
-        with tf.control_dependencies([wake.enqueue([k])]):
-          return tf.constant(0, tf.int64)
+      def enqueue():  # There is room: never waits.
+        with tf.control_dependencies([queue.enqueue(flat)]):
+          with tf.control_dependencies([wake.enqueue([k])]):
+            return tf.constant(0, tf.int64)
+      with tf.control_dependencies(room.dequeue()):  # Waits for room.
+        return tf.cond(closed, lambda: tf.constant(0, tf.int64), enqueue)
 
     def tick(_) -> tf.Tensor:  # The stream timed out: the batch checks.
       with tf.control_dependencies([wake.enqueue([k])]):
         return tf.constant(0, tf.int64)
-
-    closed = self._closed
 
     def streams(g: tf.Tensor) -> tf.data.Dataset:
       # A stream ends at its next chunk once superseded (its source came
@@ -306,9 +329,14 @@ class Batcher:
     if not source.watched:
       return streams(tf.constant(0, tf.int64))
     starts = self._starts[k]
-    slot = lambda _: tf.data.Dataset.range(2**62).map(
-        lambda _: starts.dequeue()[0]).take_while(
-            lambda g: g >= 0).flat_map(streams)  # -1: closed.
+
+    def started(_) -> tf.Tensor:  # The generation current when taken.
+      token = starts.dequeue()[0]
+      with tf.control_dependencies([token]):
+        return tf.where(token < 0, token, generation[k])
+
+    slot = lambda _: tf.data.Dataset.range(2**62).map(started).take_while(
+        lambda g: g >= 0).flat_map(streams)  # -1: closed.
     return tf.data.Dataset.range(_SLOTS).interleave(
         slot, cycle_length=_SLOTS, num_parallel_calls=_SLOTS,
         deterministic=False)
@@ -389,6 +417,10 @@ class Batcher:
     parts, kept = [], []
     for k, queue in enumerate(self._queues):
       taken = queue.dequeue_many(need[k])
+      with tf.control_dependencies(taken):  # Room for as many chunks.
+        freed = self._rooms[k].enqueue_many([tf.zeros([need[k]], tf.int32)])
+      with tf.control_dependencies([freed]):
+        taken = [tf.identity(t) for t in taken]
       columns = []
       for variable, chunks, spec in zip(self._carry[k], taken,
                                         self._flat_spec):
@@ -483,11 +515,11 @@ class Batcher:
       shard: the source's shard (`Source.shard`); other shards are ignored.
     """
     k = self._watched.get(shard)
-    if k is None:
+    if k is None or len(self._sources) == 1:  # One source is read directly.
       return
     with self._lock:
       self._up[k].assign(False)
-      self._wake.enqueue([k])
+      self._wake_up(k)
 
   def source_up(self, shard: int, *, new_stream: bool) -> None:
     """The server of a watched source answers (again): it gets its share
@@ -499,37 +531,49 @@ class Batcher:
         is a new instance: the old stream may never resume).
     """
     k = self._watched.get(shard)
-    if k is None:
+    if k is None or len(self._sources) == 1:  # One source is read directly.
       return
     with self._lock:
       if new_stream:
-        generation = int(self._generation.numpy()[k]) + 1
-        self._generation[k].assign(generation)
-        self._starts[k].enqueue([tf.constant(generation, tf.int64)])
+        self._generation[k].assign(self._generation[k] + 1)  # Old one ends.
+        # One token is enough: a slot that takes it starts a stream of the
+        # generation current then (so tokens never pile up unread).
+        if int(self._starts[k].size()) == 0:
+          self._starts[k].enqueue([tf.constant(0, tf.int64)])
       self._up[k].assign(True)
-      self._wake.enqueue([k])
+      self._wake_up(k)
 
   def tick(self) -> None:
     """Wakes a batch that waits, so it can check its timeout."""
     if len(self._sources) > 1:
-      self._wake.enqueue([-1])
+      with self._lock:
+        self._wake_up(-1)
+
+  def _wake_up(self, k: int) -> None:
+    """Wakes a waiting batch, unless wakes are already waiting for it (a
+    dataset nobody iterates must not fill the queue)."""
+    if not bool(self._closed.numpy()) and int(self._wake.size()) < _WAKES:
+      self._wake.enqueue([k])
 
   def close(self) -> None:
     """The dataset's iterators raise `closed_message` from their next batch
     on (after the batches already drawn), and their feeds end, so nothing is
     left waiting in a queue when an iterator is destroyed (TensorFlow logs a
     warning for each such wait it cancels). Safe to call more than once."""
-    if len(self._sources) == 1:
-      return
     with self._lock:
+      if bool(self._closed.numpy()):
+        return
       self._closed.assign(True)
-      self._wake.enqueue([-1])  # A waiting batch raises.
+      if len(self._sources) == 1:
+        return
+      self._wake.enqueue([-1])  # A waiting batch raises (room: _WAKES).
       for k, source in enumerate(self._sources):
-        if source.watched:  # Every idle slot ends.
+        if source.watched:  # Every idle slot ends (room: 4 * _SLOTS).
           for _ in range(_SLOTS):
             self._starts[k].enqueue([tf.constant(-1, tf.int64)])
-      for queue in self._queues:  # A feed waiting to put goes on, then
-        queue.drain()             # ends; what the queues held is freed.
+      for room in self._rooms:  # A feed waiting for room puts nothing,
+        room.enqueue_many(        # and its stream ends.
+            [tf.zeros([_SLOTS + 1], tf.int32)])
 
 
 def _raising(element_spec: Any, message: str) -> tf.data.Dataset:

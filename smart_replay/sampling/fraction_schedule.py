@@ -1,4 +1,4 @@
-"""How much of each batch comes from the starter: fixed or annealed by train step.
+"""How much of each batch comes from the starter: fixed, or annealed by step.
 
 A `FractionSchedule` gives the starter's share of a batch at a train step,
 like the importance-sampling beta of a prioritized table: fixed

@@ -1,4 +1,4 @@
-"""What a dataset yields beside each batch: `ReplayInfo`, and importance weights."""
+"""What a dataset yields beside each batch: `ReplayInfo`, importance weights."""
 
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 

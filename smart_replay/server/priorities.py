@@ -114,8 +114,13 @@ class Priorities:
   def update_sharded(self, tf_clients: Sequence[reverb.TFClient],
                      config: tables_lib.TableConfig, keys: Any,
                      priorities: Any, shards: Any, *, serving: tf.Variable,
-                     where: Sequence[str]) -> None:
+                     where: Sequence[str], up: tf.Variable) -> None:
     """Sets sampled items' priorities on the shards that hold them.
+
+    A shard gets an update only for keys it holds, and only while it
+    answers: Reverb's update waits for its server without a timeout, so the
+    keys of a shard that is down are dropped (its items keep their
+    priorities, as if not sampled).
 
     Args:
       tf_clients: one `reverb.TFClient` per shard.
@@ -126,6 +131,12 @@ class Priorities:
         `ReplayInfo.shard` gives it.
       serving: False once the buffer stopped (a traced update then fails).
       where: each shard's address, for messages.
+      up: bool `[shards]`, whether each shard answers (the manager's
+        watcher keeps it).
+
+    Raises:
+      ValueError: if a shard index is not one of the shards (eagerly; in a
+        graph, an `InvalidArgumentError` when run).
     """
     if not tf.is_tensor(keys):  # Python ints above 2**63 need uint64 first.
       keys = np.asarray(keys, np.uint64)
@@ -135,11 +146,28 @@ class Priorities:
       shards = shards[:, 0]
     if keys.shape.rank == 2:
       keys = keys[:, 0]
+    n = len(tf_clients)
+    if tf.executing_eagerly():
+      bad = np.flatnonzero((shards.numpy() < 0) | (shards.numpy() >= n))
+      if bad.size:
+        raise ValueError(
+            f'update_priorities: shards[{bad[0]}] = {shards.numpy()[bad[0]]}'
+            f' is not a shard of this buffer (0..{n - 1}; table '
+            f'{config.name!r}); pass ReplayInfo.shard.')
+    in_range = tf.debugging.Assert(
+        tf.reduce_all((shards >= 0) & (shards < n)),
+        [f'update_priorities: a shard index is outside 0..{n - 1} (table '
+         f'{config.name!r}); pass ReplayInfo.shard.'])
+    with tf.control_dependencies([in_range]):
+      shards = tf.identity(shards)
     for index, client in enumerate(tf_clients):
       mine = tf.equal(shards, index)
-      self.update(client, config, tf.boolean_mask(keys, mine),
-                  tf.boolean_mask(priorities, mine), serving=serving,
-                  where=where[index])
+      def one(client=client, mine=mine, index=index):
+        self.update(client, config, tf.boolean_mask(keys, mine),
+                    tf.boolean_mask(priorities, mine), serving=serving,
+                    where=where[index])
+        return tf.constant(0)
+      tf.cond(tf.reduce_any(mine) & up[index], one, lambda: tf.constant(0))
 
 
 def _check_eagerly(keys: tf.Tensor, priorities: tf.Tensor, table: str) -> None:

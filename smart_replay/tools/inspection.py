@@ -122,7 +122,7 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
     'sequence_length', 'stride_length', 'capacity', 'env_steps',
     'episodes', 'extra', 'versions', 'provenance', 'starter',
     'checkpoints': [...]}`; `starter` is a run's read-only starter table
-    (`mixing.StarterSource.reference()` plus its `state` at that path:
+    (`backends.starter.StarterSource.reference()` plus its `state` at that path:
     'found', 'missing: ...' or 'DIFFERENT: ...'), else None;
     the tables and spec come from the newest checkpoint that verifies. The
     counts (`env_steps`, `episodes`, a table's `items` and
@@ -163,7 +163,8 @@ def describe_checkpoints(source: str) -> Dict[str, Any]:
           'checkpoint': newest['path'],
           'tables': tables, 'spec': _spec(manifest['data_spec']),
           'layout': packed_steps.stored_name(manifest),
-          'frame_stack': packed_steps.stored_layout(manifest).get('frame_stack'),
+          'frame_stack': packed_steps.stored_layout(manifest).get(
+              'frame_stack'),
           'sequence_length': manifest['sequence_length'],
           'stride_length': manifest['stride_length'],
           'capacity': manifest['capacity'],
@@ -357,7 +358,8 @@ def format_text(description: Dict[str, Any]) -> str:
       # The spec is shown above; legacy keys repeat counts under old names.
       if key != 'data_spec' and key not in provenance_lib.LEGACY_KEYS:
         text = json.dumps(value)
-        lines.append(f'  {key}: {text[:117] + "..." if len(text) > 120 else text}')
+        shown = text[:117] + '...' if len(text) > 120 else text
+        lines.append(f'  {key}: {shown}')
   lines.append('Checkpoints:')
   for c in d['checkpoints']:
     if 'bytes' not in c:

@@ -72,6 +72,16 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
                               shards=np.array(origin, np.int32))
     with pytest.raises(ValueError, match='needs shards='):
       learner.update_priorities(np.array(keys[:1], np.uint64), [1.0])
+    with pytest.raises(ValueError, match=r'shards\[0\] = 3 is not a shard '
+                       r'of this buffer \(0\.\.2'):
+      learner.update_priorities(np.array(keys[:1], np.uint64), [1.0],
+                                shards=np.array([3], np.int32))
+    # Keys of one shard only: the others get no call (Reverb's update waits
+    # for its server without a timeout, even with nothing to update).
+    mine = np.array(origin) == 0
+    learner.update_priorities(np.array(keys, np.uint64)[mine],
+                              priorities[mine],
+                              shards=np.array(origin, np.int32)[mine])
     after = collections.Counter()
     batches = iter(learner.get_dataset(batch_size=64, num_steps=2))
     for _ in range(30):
@@ -134,7 +144,8 @@ def _draw(batches, count, timeout_s=60):
 
 def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
     shards, data_spec, tmp_path):
-  addresses = shards(3)
+  addresses = shards(3, table_configs=[smart_replay.TableConfig(
+      sampler='prioritized', priority_exponent=1.0)])
   for actor_id in range(3):
     manager, observer = _client(addresses, data_spec, actor_id=actor_id)
     testing.run_actor(observer, 40, seed=actor_id)
@@ -143,10 +154,15 @@ def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
   learner, _ = _client(addresses, data_spec, actor_id=0)
   batches = iter(learner.get_dataset(batch_size=16, num_steps=2))
   assert set(_draw(batches, 30)) == {0, 1, 2}
+  _, info = next(batches)
+  keys, origin = info.key.numpy()[:, 0], info.shard.numpy()[:, 0]
   down = shards.servers[2]
   down.close(final_checkpoint=True)  # Shard 2 stops answering.
-  _draw(batches, 200)  # Goes on; the monitor notices within a second.
+  _draw(batches, 200)  # Goes on; the watcher notices within a second.
   assert set(_draw(batches, 50)) == {0, 1}
+  # A priority update returns: the keys of the shard that is down are
+  # dropped (Reverb's update would wait for its server forever).
+  learner.update_priorities(keys, np.ones(len(keys)), shards=origin)
   stats = learner.stats()
   assert [s['up'] for s in stats['shards']] == [True, True, False]
   assert stats['shards'][2]['sampling'] == {'up': False, 'down_events': 1}
@@ -173,9 +189,9 @@ def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(
   learner = smart_replay.ReplayBufferManager(
       data_spec=data_spec, server_address=addresses, sample_timeout_s=2.0)
   learner.connect()
-  feeding = lambda: {t for t in threading.enumerate()
-                     if t.name.startswith(('shard-feed', 'shard-monitor'))}
-  others = feeding()  # Of earlier tests' datasets.
+  # The one Python thread of a client: its manager's watcher.
+  watchers = lambda: sum(t.name == 'smart_replay-watch'
+                         for t in threading.enumerate())
   batches = iter(learner.get_dataset(batch_size=16, num_steps=2))
   with pytest.raises(tf.errors.OpError, match=r'(?s)Timed out after 2 s '
                      r"waiting to sample from Reverb table `experience`"):
@@ -185,15 +201,14 @@ def test_a_shard_that_times_out_raises_then_the_iterator_samples_again(
   testing.run_actor(observer, 30, seed=1)
   writer.flush()
   assert set(_draw(batches, 20)) == {0, 1}
-  # Closing the manager ends the dataset's threads; its iterator raises.
-  learner.close()
+  # Closing the manager ends its watcher and the dataset's feeds; its
+  # iterator raises.
+  running = watchers()
+  learner.close()  # Joins its watcher.
+  assert watchers() == running - 1
   with pytest.raises(tf.errors.OpError, match='was closed'):
     for _ in range(10):
       next(batches)
-  deadline = time.monotonic() + 30
-  while feeding() - others:
-    assert time.monotonic() < deadline, feeding() - others
-    time.sleep(0.1)
   writer.close()
   manager.close()
 

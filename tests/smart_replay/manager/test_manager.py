@@ -381,16 +381,19 @@ def test_counts_are_exact_while_others_write_and_consume(make_manager,
       seed += 1
     remote.close()
 
-  threads = [threading.Thread(target=consume), threading.Thread(target=produce)]
+  threads = [threading.Thread(target=consume, daemon=True),
+             threading.Thread(target=produce, daemon=True)]
   for t in threads:
     t.start()
   paths = []
-  for _ in range(3):
-    time.sleep(0.2)
-    paths.append(manager.checkpoint())
-  stop.set()
-  for t in threads:
-    t.join(timeout=60)
+  try:
+    for _ in range(3):
+      time.sleep(0.2)  # Let them work between the checkpoints.
+      paths.append(manager.checkpoint())
+  finally:
+    stop.set()  # Even when a checkpoint failed.
+    for t in threads:
+      t.join(timeout=60)
   for path in paths:
     manifest = checkpoints.verify(path)
     stored = checkpoint_files.count_items(path).get('experience', 0)

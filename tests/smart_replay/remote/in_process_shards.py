@@ -16,8 +16,8 @@ from tests.smart_replay.remote import serve_process
 def shards(tmp_path, data_spec, monkeypatch):
   """`start(n, **manager_kwargs)`: n servers; returns their addresses.
   `start.servers` lists them; `start.restart(k)` serves shard k again on
-  its port, from its directory; `start.token_file` is their token file."""
-  servers, made, ports = [], [], []
+  its port, from its directory, with the same arguments; `start.token_file` is their token file."""
+  servers, made, ports, arguments = [], [], [], []
   token_file = serve_process.shared_token_file(tmp_path)
   monkeypatch.setenv(control_access.TOKEN_FILE_ENV, token_file)
 
@@ -36,11 +36,12 @@ def shards(tmp_path, data_spec, monkeypatch):
   def start(n=3, **kwargs):
     for index in range(len(servers), len(servers) + n):
       ports.append(remote_workers.free_port_pair())
+      arguments.append(kwargs)
       servers.append(serve_shard(index, ports[index], kwargs))
     return [s.manager.server_address for s in servers[-n:]]
 
   def restart(index):
-    servers[index] = serve_shard(index, ports[index], {})
+    servers[index] = serve_shard(index, ports[index], arguments[index])
 
   start.servers, start.restart = servers, restart
   start.token_file = token_file
