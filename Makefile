@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test pytest test-fast bazel-check bazel-test demo demo-train experiment benchmark soak install clean
+.PHONY: test pytest test-fast bazel-check bazel-test demo demo-train experiment benchmark soak install ops clean
 
 install: $(STAMP)
 
@@ -16,6 +16,12 @@ $(STAMP): setup.py constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip wheel setuptools
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plots,rlds,atari]'
 	touch $(STAMP)
+
+# The compiled TensorFlow ops (smart_replay/ops: zstd inside the graph),
+# built against the installed TensorFlow; needs g++ and libzstd-dev
+# (apt-get install g++ libzstd-dev). Bazel builds its own copy for the tests.
+ops: $(STAMP)
+	$(PY) -m smart_replay.ops.build
 
 # Every test: through Bazel when it is on PATH (each test file a py_test,
 # offline; see tools/ and third_party/), else with pytest directly.

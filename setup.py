@@ -17,7 +17,10 @@ setuptools.setup(
     package_dir={'smart_replay_scripts': 'scripts',
                  'smart_replay_benchmarks': 'benchmarks',
                  'smart_replay_configs': 'configs'},
-    package_data={'smart_replay_configs': ['*.gin']},
+    package_data={'smart_replay_configs': ['*.gin'],
+                  # The zstd op's source: built after install by
+                  # `python -m smart_replay.ops.build` (needs TensorFlow).
+                  'smart_replay.ops': ['*.cc']},
     entry_points={'console_scripts': [
         'smart-replay-populate='
         'smart_replay_scripts.populate_starter_buffer:run',

@@ -212,6 +212,29 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
           + _list('deps', local(deps)) + public + ')\n')
 
 
+# A compiled TensorFlow op: `<folder>/<name>.cc` is built into
+# `_<name>.so` beside it by that folder's `build.py` (the project's own
+# build, `make ops`), run on the virtualenv's Python; the module that loads
+# the library (it names `_<name>.so`) gets it as data.
+OP_RULE = '''genrule(
+    name = "{stem}_so",
+    srcs = [
+        "build.py",
+        "{stem}.cc",
+    ],
+    outs = ["_{stem}.so"],
+    cmd = "$(location //tools/python:venv_python3.sh) $(location build.py) --output_dir=$(@D)",
+    tools = ["//tools/python:venv_python3.sh"],
+)
+'''
+
+
+def _ops(root: str, folder: str) -> List[str]:
+  """The stems of the compiled ops' sources in `folder`."""
+  return sorted(name[:-3] for name in os.listdir(os.path.join(root, folder))
+                if name.endswith('.cc'))
+
+
 def build_files(root: str) -> Dict[str, str]:
   """{BUILD path: content} for every folder of the trees holding modules."""
   modules = _module_paths(root)
@@ -239,7 +262,11 @@ def build_files(root: str) -> Dict[str, str]:
       deps = [d for d in deps if not d.startswith('//scripts')]
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})
-      rule = _rule(path, deps, _data(path, source, scripts))
+      data = _data(path, source, scripts) + [
+          f'//{folder}:{stem}_so' for stem in _ops(root, folder)
+          if f"'_{stem}.so'" in source and
+          os.path.basename(path) != 'build.py']
+      rule = _rule(path, deps, data)
       uses_pytest |= rule.startswith('py_pytest')
       rules.append(rule)
     load = ('load("//tools/pytest:defs.bzl", "py_pytest")\n\n'
@@ -248,6 +275,7 @@ def build_files(root: str) -> Dict[str, str]:
         PUBLIC if folder == 'scripts' else PROJECT))
     if folder == FIXTURES:  # The committed buffers the fixtures describe.
       rules.append(FIXTURE_DATA)
+    rules += [OP_RULE.format(stem=stem) for stem in _ops(root, folder)]
     out[os.path.join(folder, 'BUILD')] = (HEADER + '\n' + load + visibility
                                           + '\n'.join(rules))
   return out
