@@ -112,9 +112,11 @@ def build(output_dir: Optional[str] = None, *, compiler: str = 'g++',
   if output_dir is not None and not os.path.isdir(output_dir):
     raise ValueError(f'output_dir must be an existing directory, got '
                      f'{output_dir!r}')
-  if not os.path.exists(source_path()):
-    raise OpBuildError(f'the op source {source_path()} is missing')
   library = library_path(output_dir)
+  if not os.path.exists(source_path()):
+    if os.path.exists(library) and not force:  # Built, shipped without it.
+      return library
+    raise OpBuildError(f'the op source {source_path()} is missing')
   if not force and is_up_to_date(output_dir):
     return library
   if shutil.which(compiler) is None:

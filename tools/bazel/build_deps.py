@@ -262,10 +262,12 @@ def build_files(root: str) -> Dict[str, str]:
       deps = [d for d in deps if not d.startswith('//scripts')]
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})
-      data = _data(path, source, scripts) + [
-          f'//{folder}:{stem}_so' for stem in _ops(root, folder)
-          if f"'_{stem}.so'" in source and
-          os.path.basename(path) != 'build.py']
+      data = _data(path, source, scripts)
+      for stem in _ops(root, folder):
+        if os.path.basename(path) == 'build.py':  # It compiles the source.
+          data.append(f'//{folder}:{stem}.cc')
+        elif f"'_{stem}.so'" in source:  # It loads the library.
+          data.append(f'//{folder}:{stem}_so')
       rule = _rule(path, deps, data)
       uses_pytest |= rule.startswith('py_pytest')
       rules.append(rule)
