@@ -59,20 +59,18 @@ class Instances:
       between counts as a down event too).
     """
     changes = []
+    sharded = len(self._addresses) > 1
     for k, answer in enumerate(answers):
+      name = (f'Shard {k} ({self._addresses[k]})' if sharded else
+              f'The server {self._addresses[k]}')
       if answer is None:
         if self._up[k]:
           self._up[k] = False
           self._down_events[k] += 1
-          if len(self._addresses) > 1:
-            logging.warning('Shard %d (%s) does not answer: sampling goes '
-                            'on from the other shards without it (down %d '
-                            'time(s) so far).', k, self._addresses[k],
-                            self._down_events[k])
-          else:
-            logging.warning('The server %s does not answer (down %d '
-                            'time(s) so far).', self._addresses[k],
-                            self._down_events[k])
+          logging.warning('%s does not answer%s (down %d time(s) so far).',
+                          name, ': sampling goes on from the other shards '
+                          'without it' if sharded else '',
+                          self._down_events[k])
           changes.append(Change(k, DOWN))
         continue
       restarted = answer.get('id') != self._ids[k]
@@ -80,13 +78,9 @@ class Instances:
         continue
       if self._up[k]:
         self._down_events[k] += 1
-      again = ' (a new instance: it restarted)' if restarted else ''
-      if len(self._addresses) > 1:
-        logging.warning('Shard %d (%s) is serving again%s; its samples are '
-                        'drawn again.', k, self._addresses[k], again)
-      else:
-        logging.warning('The server %s is serving again%s.',
-                        self._addresses[k], again)
+      logging.warning('%s is serving again%s%s.', name,
+                      ' (a new instance: it restarted)' if restarted else '',
+                      '; its samples are drawn again' if sharded else '')
       self._ids[k], self._up[k] = answer.get('id'), True
       changes.append(Change(k, RESTARTED if restarted else UP, answer))
     return changes

@@ -87,9 +87,8 @@ class Serving:
         shards=tuple((client, reverb.TFClient(client.server_address))
                      for client in started.shards),
         shards_up=tf.Variable(
-            [state['up'] for state in self._backend.server_states()]
-            or [True] * len(started.shards), dtype=tf.bool,
-            trainable=False) if started.shards else None)
+            [state['up'] for state in self._backend.server_states()],
+            dtype=tf.bool, trainable=False) if started.shards else None)
     self._state.serving.assign(True)
     self.make_observer(num_envs=options.writes.num_envs)
     local = options.local

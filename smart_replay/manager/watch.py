@@ -91,9 +91,9 @@ class Watcher:
     changes = self._backend.check_servers(CHECK_TIMEOUT_S)
     batchers = self._batchers()
     running = self._state.running
+    up = running.shards_up if running else None  # None: one server.
     for change in changes:
-      up = running.shards_up if running else None
-      if up is not None and change.server < up.shape[0]:
+      if up is not None:
         up[change.server].assign(change.kind != instances.DOWN)
       for batcher in batchers:
         if change.kind == instances.DOWN:

@@ -76,12 +76,6 @@ def test_actors_write_to_their_shard_and_learners_sample_all(shards,
                        r'of this buffer \(0\.\.2'):
       learner.update_priorities(np.array(keys[:1], np.uint64), [1.0],
                                 shards=np.array([3], np.int32))
-    # Keys of one shard only: the others get no call (Reverb's update waits
-    # for its server without a timeout, even with nothing to update).
-    mine = np.array(origin) == 0
-    learner.update_priorities(np.array(keys, np.uint64)[mine],
-                              priorities[mine],
-                              shards=np.array(origin, np.int32)[mine])
     after = collections.Counter()
     batches = iter(learner.get_dataset(batch_size=64, num_steps=2))
     for _ in range(30):
@@ -142,6 +136,14 @@ def _draw(batches, count, timeout_s=60):
   return collections.Counter(sources)
 
 
+def _returns(call, timeout_s=30):
+  """Runs `call`; fails (does not hang) if it has not returned in time."""
+  worker = threading.Thread(target=call, daemon=True)
+  worker.start()
+  worker.join(timeout_s)
+  assert not worker.is_alive(), f'{call} did not return in {timeout_s} s'
+
+
 def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
     shards, data_spec, tmp_path):
   addresses = shards(3, table_configs=[smart_replay.TableConfig(
@@ -160,9 +162,19 @@ def test_sampling_goes_on_while_a_shard_is_down_and_takes_it_back(
   down.close(final_checkpoint=True)  # Shard 2 stops answering.
   _draw(batches, 200)  # Goes on; the watcher notices within a second.
   assert set(_draw(batches, 50)) == {0, 1}
-  # A priority update returns: the keys of the shard that is down are
-  # dropped (Reverb's update would wait for its server forever).
-  learner.update_priorities(keys, np.ones(len(keys)), shards=origin)
+  # A priority update returns (Reverb's update would wait for shard 2
+  # forever): its keys are dropped, the others' priorities are set.
+  _returns(lambda: learner.update_priorities(
+      keys, np.full(len(keys), 5.0), shards=origin))
+  answering = set(keys[origin != 2].tolist())
+  seen = set()
+  for _ in range(200):  # Windows sampled before the update come first.
+    _, info = next(batches)
+    seen |= {round(float(p), 3) for k, p in zip(
+        info.key.numpy()[:, 0], info.priority.numpy()[:, 0]) if k in answering}
+    if 5.0 in seen:
+      break
+  assert 5.0 in seen, seen
   stats = learner.stats()
   assert [s['up'] for s in stats['shards']] == [True, True, False]
   assert stats['shards'][2]['sampling'] == {'up': False, 'down_events': 1}
