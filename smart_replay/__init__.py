@@ -76,6 +76,7 @@ _EXPORTS = {
     'train_from_starter': 'smart_replay.apps.training',
     'write_buffer_summaries': 'smart_replay.integrations.summaries',
     'write_rlds': 'smart_replay.tools.rlds_io',
+    'ZstdOpMissingError': 'smart_replay.ops.zstd',
 }
 
 # Names of earlier versions, and what replaced them (a clear error, not a

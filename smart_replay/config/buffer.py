@@ -52,7 +52,7 @@ class BufferConfig:
               stride_length: int,
               table_configs: Sequence[tables_lib.TableConfig],
               layout: Optional[str] = None,
-              frame_stack: Optional[frame_cells.FrameStack] = None
+              frame_stack: Union[frame_cells.FrameStack, None, bool] = None
               ) -> 'BufferConfig':
     """Fills every table config's open fields with the buffer's values.
 
@@ -64,7 +64,9 @@ class BufferConfig:
       table_configs: the tables, as the user wrote them.
       layout: 'packed' or 'columns'; None for `packed_steps.default_layout`
         ('packed' with a `frame_stack`).
-      frame_stack: a stacked pixel field to store once per frame, or None.
+      frame_stack: a stacked pixel field to store once per frame; None to
+        find one (`frame_cells.detect_frame_stack`, unless the layout is
+        'columns' or cannot be 'packed'); False for none.
 
     Returns:
       A `BufferConfig` with resolved tables.
@@ -74,6 +76,10 @@ class BufferConfig:
         or the layout is unknown or cannot store `data_spec` (names the
         field).
     """
+    if frame_stack is None and layout in (None, 'packed') and (
+        layout or packed_steps.default_layout(data_spec)) == 'packed':
+      frame_stack = frame_cells.detect_frame_stack(data_spec)
+    frame_stack = frame_stack or None  # False: none.
     config = cls(data_spec=data_spec, capacity=capacity,
                  sequence_length=sequence_length, stride_length=stride_length,
                  tables=tuple(c.resolve(capacity=capacity,
@@ -121,19 +127,20 @@ class BufferConfig:
         stride_length=stored['stride_length'],
         table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
         layout=packed_steps.stored_name(stored),
-        frame_stack=layouts.stored_frame_stack(stored))
+        frame_stack=layouts.stored_frame_stack(stored) or False)
 
   def constructor_kwargs(self) -> Dict[str, Any]:
     """The `ReplayBufferManager` arguments this config decides.
 
     Returns:
       `{'capacity', 'sequence_length', 'stride_length', 'table_configs',
-      'layout', 'frame_stack'}`.
+      'layout', 'frame_stack'}` (`frame_stack` False for none, so that it is
+      not looked for again).
     """
     return {'capacity': self.capacity, 'sequence_length': self.sequence_length,
             'stride_length': self.stride_length,
             'table_configs': list(self.tables), 'layout': self.layout,
-            'frame_stack': self.frame_stack}
+            'frame_stack': self.frame_stack or False}
 
   @functools.cached_property
   def _manifest(self) -> Dict[str, Any]:

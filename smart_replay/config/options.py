@@ -47,8 +47,10 @@ class BufferShape:
     stride_length: steps between consecutive item starts, >= 1.
     table_configs: the tables (`TableConfig`s, the first the default).
     layout: 'packed' (all fields in one byte column) or 'columns'.
-    frame_stack: a `FrameStack` for a stacked pixel observation (needs the
-      packed layout).
+    frame_stack: a `FrameStack` naming a stacked pixel field (needs the
+      packed layout); None (the default) finds one in a new local buffer's
+      spec by its shape (`[84, 84, 4]`, `[4, 84, 84]`; see
+      `frame_cells.detect_frame_stack`); False stores whole stacks.
 
   Raises:
     ValueError: naming the first bad field and its value.
@@ -58,7 +60,7 @@ class BufferShape:
   stride_length: Optional[int] = None
   table_configs: Optional[Sequence[tables_lib.TableConfig]] = None
   layout: Optional[str] = None
-  frame_stack: Optional[frame_cells.FrameStack] = None
+  frame_stack: Union[frame_cells.FrameStack, None, bool] = None
 
   def __post_init__(self):
     for name in ('capacity', 'sequence_length', 'stride_length'):
@@ -76,11 +78,13 @@ class BufferShape:
     if self.layout is not None and self.layout not in packed_steps.LAYOUTS:
       raise ValueError(f'layout must be one of {packed_steps.LAYOUTS} or None, '
                        f'got {self.layout!r}.')
-    if self.frame_stack is not None and not isinstance(
-        self.frame_stack, frame_cells.FrameStack):
+    if self.frame_stack is not None and self.frame_stack is not False and (
+        not isinstance(
+        self.frame_stack, frame_cells.FrameStack)):
       raise ValueError(f'frame_stack must be a smart_replay.FrameStack(field, '
-                       f'axis) or None, got {self.frame_stack!r}.')
-    if self.frame_stack is not None and self.layout == 'columns':
+                       f'axis), None (find one) or False (none), got '
+                       f'{self.frame_stack!r}.')
+    if self.frame_stack and self.layout == 'columns':
       raise ValueError(f"frame_stack={self.frame_stack!r} needs "
                        f"layout='packed' (or None), got "
                        f'layout={self.layout!r}.')

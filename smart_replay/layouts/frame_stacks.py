@@ -2,9 +2,11 @@
 
 `Rebuilder` turns a frame-stacked layout's cells back into packed rows and
 whole stacks: inside TensorFlow for the dataset (`window_items` per batch of
-per-window items, `block_windows` per sampled block; zlib is inflated by
-`tf.io.decode_compressed`, so no Python runs in the sampling pipeline), and
-with numpy for checkpoint readers (`unpack_item`).
+per-window items; `blocks_windows` per batch of sampled zstd blocks,
+`block_windows` per zlib block), and with numpy for checkpoint readers
+(`unpack_item`). zstd is inflated by the compiled op
+(`smart_replay.ops.zstd`), zlib by `tf.io.decode_compressed`, so no Python
+runs in the sampling pipeline.
 """
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -15,15 +17,17 @@ import tree
 
 from smart_replay.layouts import frame_cells
 from smart_replay.layouts import packed_steps
+from smart_replay.ops import zstd
 
 _HEADER = frame_cells.HEADER_BYTES
+_GROUP = frame_cells.GROUP_CELLS
 
 
 class Rebuilder:
   """Cells back to packed rows and whole stacks.
 
-  `window_items` and `block_windows` run inside TensorFlow (`tf.data`);
-  `unpack_item` with numpy (checkpoint readers).
+  `window_items`, `blocks_windows` and `block_windows` run inside
+  TensorFlow (`tf.data`); `unpack_item` with numpy (checkpoint readers).
 
   Args:
     field: the spec's `frame_cells.StackedField`.
@@ -33,6 +37,15 @@ class Rebuilder:
   def __init__(self, field: frame_cells.StackedField, row_bytes: int):
     self._field = field
     self._row_bytes = row_bytes
+    self._codec = field.option.codec
+    self._empty_group = (frame_cells.empty_group(row_bytes)
+                         if self._codec == 'zstd' else None)
+
+  def _inflate(self, blobs: tf.Tensor) -> tf.Tensor:
+    """Each compressed group's bytes, in the buffer's codec."""
+    if self._codec == 'zstd':
+      return zstd.decode(blobs)
+    return tf.io.decode_compressed(blobs, 'ZLIB')
 
   def _stacks(self, frames: tf.Tensor, index: tf.Tensor,
               batch_dims: int) -> tf.Tensor:
@@ -49,6 +62,33 @@ class Rebuilder:
       stacked = tf.transpose(stacked, order)
     return stacked
 
+  def _groups(self, raw: tf.Tensor, cells: int
+              ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Inflated groups of `cells` cells each, `[windows, groups]`, parsed.
+
+    Returns:
+      `(counts int32[windows, groups * cells], rows uint8[windows, groups *
+      cells, row_bytes], frames uint8[total, frame_bytes], offsets
+      int32[windows])`: every window's frames one after another in
+      `frames`, the first of window w at `offsets[w]`.
+    """
+    row_bytes, frame_bytes = self._row_bytes, self._field.frame_bytes
+    windows = tf.shape(raw)[0]
+    total = tf.shape(raw)[1] * cells  # Cells per window.
+    counts = tf.cast(tf.reshape(tf.io.decode_raw(
+        tf.strings.substr(raw, _HEADER, cells), tf.uint8),
+                                [windows, total]), tf.int32)
+    rows = tf.reshape(tf.io.decode_raw(
+        tf.strings.substr(raw, _HEADER + cells, cells * row_bytes),
+        tf.uint8), [windows, total, row_bytes])
+    head = _HEADER + cells * (1 + row_bytes)
+    lengths = tf.strings.length(raw)
+    joined = tf.strings.reduce_join(tf.reshape(tf.strings.substr(
+        raw, tf.fill(tf.shape(lengths), head), lengths - head), [-1]))
+    frames = tf.reshape(tf.io.decode_raw(joined, tf.uint8), [-1, frame_bytes])
+    offsets = tf.cumsum(tf.reduce_sum(counts, axis=1), exclusive=True)
+    return counts, rows, frames, offsets
+
   def window_items(self, blobs: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """A batch of per-window items, inside TensorFlow.
 
@@ -59,30 +99,64 @@ class Rebuilder:
       `(rows uint8[batch, steps, row_bytes], stacks [batch, steps, *field
       shape])`.
     """
-    field, row_bytes = self._field, self._row_bytes
-    lookback = field.lookback
-    cells = blobs.shape[1]
-    raw = tf.io.decode_compressed(blobs, 'ZLIB')
-    counts = tf.cast(tf.io.decode_raw(tf.strings.substr(raw, _HEADER, 1),
-                                      tf.uint8)[..., 0], tf.int32)
-    rows = tf.io.decode_raw(tf.strings.substr(raw[:, lookback:], _HEADER + 1,
-                                              row_bytes), tf.uint8)
-    head = _HEADER + 1 + row_bytes
-    lengths = tf.strings.length(raw)
-    joined = tf.strings.reduce_join(tf.strings.substr(
-        raw, tf.fill(tf.shape(lengths), head), lengths - head), axis=1)
-    frames = tf.reshape(tf.io.decode_raw(
-        joined, tf.uint8, fixed_length=cells * field.depth * field.frame_bytes),
-                        [-1, cells * field.depth, field.frame_bytes])
-    ends = tf.cumsum(counts, axis=1)[:, lookback:]
+    field, lookback = self._field, self._field.lookback
+    counts, rows, frames, offsets = self._groups(self._inflate(blobs), 1)
+    ends = tf.cumsum(counts, axis=1)[:, lookback:] + offsets[:, None]
     index = ends[..., None] - field.depth + tf.range(field.depth)
-    return tf.reshape(rows, [-1, cells - lookback, row_bytes]), self._stacks(
-        frames, index, 1)
+    return rows[:, lookback:], self._stacks(frames, index, 0)
+
+  def blocks_windows(self, blobs: tf.Tensor, block_length: int,
+                     starts: tf.Tensor, length: int
+                     ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Windows cut from a batch of zstd blocks, inside TensorFlow.
+
+    Each window inflates only the groups its cells' stacks lie in: the
+    groups from the one holding its first stack's oldest frame to the one
+    holding its last cell (the same number for every window; the ones a
+    window does not need are replaced by an empty group).
+
+    Args:
+      blobs: `string[blocks]`, each a block's container.
+      block_length: cells per block.
+      starts: `int32[blocks, windows]`, each window's first cell.
+      length: steps per window.
+
+    Returns:
+      `(rows uint8[blocks * windows, length, row_bytes], stacks [blocks *
+      windows, length, *field shape])`, block by block.
+    """
+    depth = self._field.depth
+    groups = frame_cells.block_groups(block_length)
+    # Groups a window's cells (and the depth - 1 before) can touch.
+    touched = min(groups, (length + depth - 3) // _GROUP + 2)
+    head = frame_cells.container_header_bytes(groups)
+    ends = tf.io.decode_raw(tf.strings.substr(blobs, 2, 4 * groups),
+                            tf.int32, little_endian=True)  # [blocks, groups]
+    firsts = head + tf.concat([tf.zeros_like(ends[:, :1]), ends[:, :-1]], 1)
+    oldest = tf.maximum(starts - (depth - 1), 0) // _GROUP
+    newest = (starts + length - 1) // _GROUP
+    first = tf.minimum(oldest, groups - touched)  # [blocks, windows]
+    chosen = first[..., None] + tf.range(touched)  # [blocks, windows, touched]
+    offsets = tf.gather(firsts, chosen, batch_dims=1)
+    sizes = tf.gather(ends + head, chosen, batch_dims=1) - offsets
+    parts = tf.strings.substr(
+        tf.broadcast_to(blobs[:, None, None], tf.shape(chosen)), offsets,
+        sizes)
+    needed = (chosen >= oldest[..., None]) & (chosen <= newest[..., None])
+    parts = tf.where(needed, parts, self._empty_group)
+    counts, rows, frames, offsets = self._groups(
+        self._inflate(tf.reshape(parts, [-1, touched])), _GROUP)
+    cells = (tf.reshape(starts - first * _GROUP, [-1, 1]) +
+             tf.range(length))  # [blocks * windows, length], in the groups.
+    ends = tf.gather(tf.cumsum(counts, axis=1), cells, batch_dims=1) + (
+        offsets[:, None])
+    index = ends[..., None] - depth + tf.range(depth)
+    return tf.gather(rows, cells, batch_dims=1), self._stacks(frames, index, 0)
 
   def block_windows(self, blob: tf.Tensor, block_length: int,
                     starts: tf.Tensor, length: int
                     ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Windows cut from one block, inside TensorFlow.
+    """Windows cut from one zlib block, inside TensorFlow.
 
     Args:
       blob: a block's blob (a scalar string).
@@ -123,7 +197,8 @@ class Rebuilder:
     field = self._field
     blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
     block = len(blobs) == 1
-    parts = [frame_cells.decode(b, self._row_bytes, field.frame_bytes)
+    parts = [frame_cells.decode(b, self._row_bytes, field.frame_bytes,
+                                codec=self._codec, block=block)
              for b in blobs]
     counts, rows, frames = (np.concatenate(p) for p in zip(*parts))
     ends = np.cumsum(counts, dtype=np.int64)
@@ -151,6 +226,8 @@ class FrameStackedLayout:
     stacked_field: the `frames.StackedField`.
     rebuilder: the `Rebuilder` of blobs.
     cells: the `frame_cells.Cells` the writers make.
+    batches_blocks: whether sampled blocks are cut a batch at a time
+      (`cut_blocks`, zstd) or one at a time (`cut_block`, zlib).
 
   Args:
     data_spec: the spec of one step.
@@ -159,6 +236,8 @@ class FrameStackedLayout:
   Raises:
     ValueError: if the option does not fit the spec, or another field does
       not pack (names it).
+    ZstdOpMissingError: if the codec is zstd and the op is not built (says
+      how to build it).
   """
 
   name = 'packed'
@@ -167,6 +246,9 @@ class FrameStackedLayout:
   def __init__(self, data_spec: Any, frame_stack: frame_cells.FrameStack):
     self.data_spec = data_spec
     self.stacked_field = frame_cells.StackedField(frame_stack, data_spec)
+    self.batches_blocks = frame_stack.codec == 'zstd'
+    if self.batches_blocks:
+      zstd.require()  # A zstd buffer without the op says how to build it.
     leaves = tree.flatten(data_spec)
     self._rest = packed_steps.StepCodec(
         [s for i, s in enumerate(leaves) if i != self.stacked_field.index])
@@ -226,6 +308,21 @@ class FrameStackedLayout:
       `(rows, stacks)`, see `Rebuilder.block_windows`.
     """
     return self.rebuilder.block_windows(blob, block_length, starts, length)
+
+  def cut_blocks(self, blobs: tf.Tensor, block_length: int,
+                 starts: tf.Tensor, length: int):
+    """Windows cut from a batch of zstd blocks, inside TensorFlow.
+
+    Args:
+      blobs: `string[blocks]`, the blocks' blobs.
+      block_length: cells per block.
+      starts: `int32[blocks, windows]`, each window's first cell.
+      length: steps per window.
+
+    Returns:
+      `(rows, stacks)`, see `Rebuilder.blocks_windows`.
+    """
+    return self.rebuilder.blocks_windows(blobs, block_length, starts, length)
 
   def unpack(self, stored: Any) -> Any:
     """A stored item's blobs back to the data spec, with numpy (readers).

@@ -18,7 +18,10 @@ cut sampled blocks back into windows inside `tf.data`, and `window_items`
 lists every stored window for readers. With a frame-stacked layout
 (`frame_stacks.FrameStackedLayout`) a block is ONE blob of its cells
 (`frame_cells.encode_block`: its first cell a whole stack, then each step's
-new frames), compressed together, so zlib sees across the block's frames.
+new frames), compressed in groups of 8 cells with zstd (one group with
+zlib), so the codec sees across a group's frames; `cut_blob_batches` cuts a
+batch of zstd blocks, inflating only the groups each window needs, and
+`cut_blob_windows` one zlib block.
 
 A block is complete once it is full, at the end of an episode (unless the
 table crosses episodes) and on a flush (so a checkpoint holds every window
@@ -189,6 +192,37 @@ def cut_blob_windows(length: int, windows_per_item: int, block_length: int,
     return reverb.ReplaySample(
         info=tf.nest.map_structure(lambda t: tf.fill([windows_per_item], t),
                                    _window_info(sample.info)), data=data)
+  return cut
+
+
+def cut_blob_batches(length: int, windows_per_item: int, block_length: int,
+                     cut_blocks: Callable[..., Any]
+                     ) -> Callable[[reverb.ReplaySample], reverb.ReplaySample]:
+  """A `tf.data` map from a batch of sampled block blobs to their windows.
+
+  For zstd blocks of a frame-stacked layout: the windows are uniform among
+  each block's, as in `cut_windows`; map after batching.
+
+  Args:
+    length: steps per window.
+    windows_per_item: windows cut from each block.
+    block_length: cells per block.
+    cut_blocks: the layout's `cut_blocks(blobs, block_length, starts,
+      length)`.
+
+  Returns:
+    `fn(sample) -> sample`: data `[blocks, 1]` (blobs) to `(rows, stacks)`
+    of `[blocks * windows_per_item, length, ...]`, info `[blocks]` to
+    `[blocks * windows_per_item]`.
+  """
+  def cut(sample: reverb.ReplaySample) -> reverb.ReplaySample:
+    starts = _starts(tf.cast(sample.info.priority, tf.int64),
+                     windows_per_item)
+    data = cut_blocks(sample.data[:, 0], block_length, starts, length)
+    return reverb.ReplaySample(
+        info=tf.nest.map_structure(
+            lambda t: tf.repeat(t, windows_per_item),
+            _window_info(sample.info)), data=data)
   return cut
 
 

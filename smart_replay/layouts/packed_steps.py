@@ -308,9 +308,13 @@ def stored_layout(stored: Mapping[str, Any]) -> Dict[str, Any]:
 
   Returns:
     Its `Layout.describe()`; `{'name': 'columns'}` for configs written before
-    layouts were recorded (every field was its own column then).
+    layouts were recorded (every field was its own column then), and a
+    `frame_stack` without a codec is 'zlib' (written before zstd).
   """
-  return stored.get('layout', {'name': 'columns'})
+  layout = dict(stored.get('layout', {'name': 'columns'}))
+  if layout.get('frame_stack') is not None:
+    layout['frame_stack'] = {'codec': 'zlib', **layout['frame_stack']}
+  return layout
 
 
 def stored_name(stored: Mapping[str, Any]) -> str:

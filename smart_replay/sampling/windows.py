@@ -11,7 +11,8 @@ unit a batch is made of, in this one place:
   windows, each uniform among the block's, with the window's probability;
 * a frame-stacked layout's items keep their cells (the stacks are rebuilt
   once per batch, `Layout.decode`), except blocks, whose windows are cut and
-  rebuilt here (one inflate per block).
+  rebuilt here (zstd: a chunk of blocks at a time, inflating the groups each
+  window needs; zlib: one inflate per block).
 
 A window is `(data, info, mask)`: the stored steps (`[num_steps, ...]`, with
 `lookback` cells before them for frame stacks), Reverb's `SampleInfo` and a
@@ -128,6 +129,8 @@ class Windows:
     count = self.items_for(windows)
     if self._variable:  # Padded one by one, then batched.
       chunks = items.map(self._pad).batch(count, drop_remainder)
+    elif self._blocks and self._frames and self._layout.batches_blocks:
+      chunks = items.batch(count, drop_remainder).map(self._cut_blobs)
     elif self._blocks and self._frames:  # One inflate per block.
       chunks = items.map(self._cut_blob, num_parallel_calls=2).batch(
           count, drop_remainder).map(self._merge)
@@ -176,6 +179,14 @@ class Windows:
     return packed_items.cut_blob_windows(
         self.num_steps, self.per_item, self.table.block_length,
         self._layout.cut_block)(sample)
+
+  def _cut_blobs(self, chunk: reverb.ReplaySample) -> Window:
+    """A chunk of frame-stacked zstd blocks as their windows, rebuilt."""
+    cut = packed_items.cut_blob_batches(
+        self.num_steps, self.per_item, self.table.block_length,
+        self._layout.cut_blocks)(chunk)
+    return Window(cut.data, cut.info, tf.ones(
+        [tf.shape(cut.info.key)[0], self.num_steps], tf.bool))
 
   def _merge(self, chunk: reverb.ReplaySample) -> Window:
     """`[items, windows, ...]` of cut blocks as `[items * windows, ...]`."""

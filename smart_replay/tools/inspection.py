@@ -327,7 +327,8 @@ def format_text(description: Dict[str, Any]) -> str:
                f"{d['layout']}")
   if d.get('frame_stack'):
     lines[-1] += (f" frame_stack=({d['frame_stack']['field']}, axis "
-                  f"{d['frame_stack']['axis']}: each frame stored once)")
+                  f"{d['frame_stack']['axis']}: each frame stored once, "
+                  f"{d['frame_stack'].get('codec', 'zlib')})")
   if d['env_steps'] is not None:
     first = next(iter(d['tables'].values()), None)
     lines.append('  ' + counters.format_counts(

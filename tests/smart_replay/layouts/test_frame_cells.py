@@ -1,6 +1,7 @@
 """Frame stacks stored once: every stored window is what TF-Agents stores."""
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -114,15 +115,17 @@ def _our_windows(manager, table):
   return collections.Counter(items)
 
 
-@pytest.mark.parametrize('axis, padding', [(0, 'reset'), (-1, 'zero')])
-def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding):
+@pytest.mark.parametrize('axis, padding, codec', [
+    (0, 'reset', 'zstd'), (-1, 'zero', 'zstd'), (-1, 'zero', 'zlib')])
+def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding,
+                                               codec):
   stream = _pong(400, axis=axis, padding=padding)
   spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
   expected = _stock_windows(spec, stream, 2)
   assert sum(expected.values()) > 380
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
-      sequence_length=2, frame_stack=FrameStack('observation', axis),
+      sequence_length=2, frame_stack=FrameStack('observation', axis, codec),
       table_configs=[TableConfig(sampler='fifo', max_times_sampled=1)])
   try:
     _, observer = manager.create_replay_buffer()
@@ -210,14 +213,16 @@ def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
   assert stacked == plain
 
 
-def test_blocks_sample_only_stored_windows(tmp_path):
+@pytest.mark.parametrize('block_length, codec', [
+    (8, 'zstd'), (21, 'zstd'), (32, 'zstd'), (8, 'zlib')])
+def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec):
   stream = _synthetic(400)
   spec = _spec([3, 6, 5])
   valid = _expected_windows(stream)
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
-      sequence_length=3, frame_stack=FrameStack('observation', 0),
-      table_configs=[TableConfig(block_length=8)])
+      sequence_length=3, frame_stack=FrameStack('observation', 0, codec),
+      table_configs=[TableConfig(block_length=block_length)])
   try:
     _, observer = manager.create_replay_buffer()
     for step in stream:
@@ -232,6 +237,36 @@ def test_blocks_sample_only_stored_windows(tmp_path):
             lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
     assert set(seen) <= set(valid)
     assert len(seen) > 0.8 * len(valid)  # 1,280 draws of ~330 windows.
+  finally:
+    manager.close()
+
+
+@pytest.mark.parametrize('axis', [0, -1])
+def test_pong_blocks_sample_what_tf_agents_stores(tmp_path, axis):
+  # Real frames in zstd groups of 8: windows touching one group and two
+  # (starts across a group boundary), both stack axes.
+  stream = _pong(300, axis=axis, padding='reset')
+  spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
+  expected = _stock_windows(spec, stream, 2)
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=2, table_configs=[TableConfig(block_length=32)])
+  try:
+    assert manager.buffer_config['layout']['frame_stack'] == {
+        'field': 'observation', 'axis': axis, 'codec': 'zstd'}  # Found.
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    iterator = iter(manager.get_dataset(batch_size=64, num_steps=2))
+    seen = collections.Counter()
+    for _ in range(30):
+      trajectory, _ = next(iterator)
+      for b in range(64):
+        seen[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    assert set(seen) <= set(expected)
+    assert len(seen) > 0.9 * len(expected)  # 1,920 draws of ~290 windows.
   finally:
     manager.close()
 
@@ -321,7 +356,8 @@ def test_epoch_export_and_inspect_read_whole_stacks(tmp_path):
   assert all((a.tobytes(), b.tobytes()) in pairs
              for a, b in zip(observations, following))
   described = inspection.describe_checkpoints(str(tmp_path / 'b'))
-  assert described['frame_stack'] == {'field': 'observation', 'axis': 0}
+  assert described['frame_stack'] == {'field': 'observation', 'axis': 0,
+                                      'codec': 'zstd'}
   assert 'frame_stack=(observation, axis 0' in inspection.format_text(
       described)
 
@@ -395,7 +431,7 @@ def test_a_standalone_server_serves_the_frame_stack(tmp_path):
     try:
       _, observer = client.connect()
       assert client.buffer_config['layout']['frame_stack'] == {
-          'field': 'observation', 'axis': 0}
+          'field': 'observation', 'axis': 0, 'codec': 'zstd'}
       stream = _synthetic(120)
       for step in stream:
         observer(step)
@@ -421,7 +457,117 @@ def test_the_docs_snippet_runs(tmp_path, monkeypatch):
   manager = namespace['manager']
   try:
     assert manager.buffer_config['layout']['frame_stack'] == {
-        'field': 'observation', 'axis': -1}
+        'field': 'observation', 'axis': -1, 'codec': 'zstd'}
     assert namespace['observer'] is not None
   finally:
     manager.close()
+
+
+def test_a_zlib_buffer_from_before_zstd_loads_and_samples(tmp_path):
+  # A checkpoint whose manifest records a frame stack without a codec (as
+  # every one written before zstd) is zlib, and reopens as one.
+  stream = _synthetic(200)
+  spec = _spec([3, 6, 5])
+  tables = [TableConfig(sampler='fifo', max_times_sampled=1)]
+  manager = ReplayBufferManager(
+      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
+      sequence_length=3, table_configs=tables,
+      frame_stack=FrameStack('observation', 0, codec='zlib'))
+  _, observer = manager.create_replay_buffer()
+  for step in stream:
+    observer(step)
+  observer.flush()
+  path = manager.checkpoint()
+  manager.close()
+  manifest_path = os.path.join(path, 'manifest.json')
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  del manifest['layout']['frame_stack']['codec']
+  with open(manifest_path, 'w') as f:
+    json.dump(manifest, f)
+  fresh = ReplayBufferManager.from_checkpoint(str(tmp_path / 'b'))
+  try:
+    fresh.load_replay_buffer()
+    assert fresh.buffer_config['layout']['frame_stack']['codec'] == 'zlib'
+    found = _our_windows(fresh, 'experience')
+  finally:
+    fresh.close()
+  assert found == _expected_windows(stream)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize('shape, dtype, found', [
+    ([84, 84, 4], tf.uint8, ('observation', -1)),  # TF-Agents' FrameStack4.
+    ([4, 84, 84], tf.uint8, ('observation', 0)),  # Gymnasium's.
+    ([84, 84, 3], tf.uint8, None),  # One RGB frame.
+    ([84, 84, 4], tf.float32, None),
+    ([84, 84], tf.uint8, None),
+    ([3, 6, 5], tf.uint8, None),  # Too small to be frames.
+    ([4, 84, 4], tf.uint8, None),  # Either axis: ambiguous.
+])
+def test_frame_stacks_are_found_by_their_shape(shape, dtype, found):
+  spec = _spec([1])._replace(observation=tf.TensorSpec(shape, dtype))
+  detected = frame_cells.detect_frame_stack(spec)
+  assert (detected and (detected.field, detected.axis)) == found
+  if found:
+    assert detected.codec == 'zstd'
+
+
+@pytest.mark.unit
+def test_the_found_frame_stack_is_recorded_and_can_be_turned_off(tmp_path):
+  spec = _spec([84, 84, 4])
+  found = ReplayBufferManager(spec, capacity=10,
+                              checkpoint_dir=str(tmp_path / 'a'))
+  off = ReplayBufferManager(spec, capacity=10, frame_stack=False,
+                            checkpoint_dir=str(tmp_path / 'b'))
+  columns = ReplayBufferManager(spec, capacity=10, layout='columns',
+                                checkpoint_dir=str(tmp_path / 'c'))
+  try:
+    assert found.buffer_config['layout']['frame_stack'] == {
+        'field': 'observation', 'axis': -1, 'codec': 'zstd'}
+    assert 'frame_stack' not in off.buffer_config['layout']
+    assert columns.buffer_config['layout'] == {'name': 'columns'}
+  finally:
+    for manager in (found, off, columns):
+      manager.close()
+  with pytest.raises(ValueError, match=r'frame_stack must be .* got 1'):
+    ReplayBufferManager(spec, capacity=10, frame_stack=1,
+                        checkpoint_dir=str(tmp_path / 'd'))
+
+
+@pytest.mark.unit
+def test_a_bad_codec_is_named():
+  with pytest.raises(ValueError, match="codec must be one of .* got 'lz4'"):
+    FrameStack('observation', 0, codec='lz4')
+
+
+@pytest.mark.unit
+def test_a_zstd_buffer_without_the_op_says_how_to_build_it(monkeypatch,
+                                                           tmp_path):
+  from smart_replay.ops import zstd  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(zstd, '_module', None)
+  monkeypatch.setattr(zstd, 'library_path',
+                      lambda: str(tmp_path / 'missing.so'))
+  with pytest.raises(smart_replay.ZstdOpMissingError, match='make ops'):
+    layouts.make_layout('packed', _spec([3, 6, 5]),
+                        FrameStack('observation', 0))
+  # zlib buffers keep working.
+  layouts.make_layout('packed', _spec([3, 6, 5]),
+                      FrameStack('observation', 0, codec='zlib'))
+
+
+@pytest.mark.unit
+def test_damaged_zstd_blocks_are_refused_by_the_reader():
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 255, (20, 3, 6, 5), np.uint8)
+  rows = rng.integers(0, 255, (20, 7), np.uint8)
+  blob = frame_cells.encode_block(rows, frames, 20, codec='zstd')
+  counts, got_rows, got = frame_cells.decode(blob, 7, 30, codec='zstd',
+                                             block=True)
+  assert len(counts) == 24 and counts[0] == 3 and counts[20:].sum() == 0
+  np.testing.assert_array_equal(got_rows[:20], rows)
+  np.testing.assert_array_equal(got[:3], frames[0].reshape(3, 30))
+  for bad in (blob[:1], blob[:10], blob[:-1], blob + b'x',
+              blob[:40] + bytes([blob[40] ^ 1]) + blob[41:]):
+    with pytest.raises(ValueError):
+      frame_cells.decode(bad, 7, 30, codec='zstd', block=True)
