@@ -28,10 +28,10 @@ import tree
 
 from smart_replay.utils import progress_log
 
-GAME = 'Pong'
+GAME = 'Pong'  # The default game.
 STACK = 4
 SCREEN = 84
-NUM_ACTIONS = 6
+NUM_ACTIONS = 18  # ALE's full action set bounds every game's actions.
 FIELDS = ('step_type', 'observation', 'action', 'next_step_type', 'reward',
           'discount')
 
@@ -61,30 +61,34 @@ def raw_bytes_per_step() -> int:
              for s in tree.flatten(data_spec()))
 
 
-def _make_env():
-  """Pong with the DQN preprocessing and a stack of 4 frames, oldest first."""
+def _make_env(game: str):
+  """`game` with the DQN preprocessing and a stack of 4 frames, oldest
+  first."""
   import ale_py  # pylint: disable=g-import-not-at-top
   import gymnasium  # pylint: disable=g-import-not-at-top
   gymnasium.register_envs(ale_py)
-  env = gymnasium.make(f'ALE/{GAME}-v5', frameskip=1,
+  env = gymnasium.make(f'ALE/{game}-v5', frameskip=1,
                        repeat_action_probability=0.25)
   env = gymnasium.wrappers.AtariPreprocessing(
       env, frame_skip=4, screen_size=SCREEN, grayscale_obs=True)
   return gymnasium.wrappers.FrameStackObservation(env, STACK)
 
 
-def generate(steps: int, seed: int = 0) -> Dict[str, np.ndarray]:
-  """Plays `steps` steps of Pong with a seeded random policy.
+def generate(steps: int, seed: int = 0, game: str = GAME
+             ) -> Dict[str, np.ndarray]:
+  """Plays `steps` steps of `game` with a seeded random policy.
 
   Args:
     steps: steps of the stream (boundary steps included).
     seed: seeds the first reset (ALE, sticky actions, no-ops) and the policy.
+    game: the ALE game, e.g. 'Pong' or 'Breakout'.
 
   Returns:
     `{field: array}` for every `FIELDS` entry, `steps` long; observation
     `uint8[steps, 4, 84, 84]`.
   """
-  env = _make_env()
+  env = _make_env(game)
+  actions = int(env.action_space.n)
   rng = np.random.default_rng(seed)
   arrays = {
       'step_type': np.zeros(steps, np.int32),
@@ -98,7 +102,7 @@ def generate(steps: int, seed: int = 0) -> Dict[str, np.ndarray]:
   with progress_log.ProgressLog('atari frames (not timed)', steps,
                                 'steps') as progress:
     for index in range(steps):
-      action = int(rng.integers(NUM_ACTIONS))
+      action = int(rng.integers(actions))
       arrays['step_type'][index] = current
       arrays['observation'][index] = observation
       arrays['action'][index] = action
@@ -116,8 +120,8 @@ def generate(steps: int, seed: int = 0) -> Dict[str, np.ndarray]:
   return arrays
 
 
-def cached_frames(output_dir: str, steps: int, seed: int = 0
-                  ) -> Dict[str, np.ndarray]:
+def cached_frames(output_dir: str, steps: int, seed: int = 0,
+                  game: str = GAME) -> Dict[str, np.ndarray]:
   """The first `steps` steps of the seeded stream, from the cache or made.
 
   Args:
@@ -125,11 +129,12 @@ def cached_frames(output_dir: str, steps: int, seed: int = 0
       `atari_frames/` folder).
     steps: steps wanted.
     seed: the stream's seed.
+    game: the ALE game.
 
   Returns:
     `{field: array}`, `steps` long, loaded into memory.
   """
-  folder = cache_folder(output_dir, seed)
+  folder = cache_folder(output_dir, seed, game)
   cached = 0
   try:
     with open(os.path.join(folder, 'meta.json')) as f:
@@ -138,22 +143,23 @@ def cached_frames(output_dir: str, steps: int, seed: int = 0
     pass
   if cached >= steps:
     return load(folder, steps)
-  arrays = generate(steps, seed)
+  arrays = generate(steps, seed, game)
   partial = folder + '.partial'
   shutil.rmtree(partial, ignore_errors=True)
   os.makedirs(partial)
   for name, array in arrays.items():
     np.save(os.path.join(partial, f'{name}.npy'), array)
   with open(os.path.join(partial, 'meta.json'), 'w') as f:
-    json.dump({'steps': steps, 'seed': seed, 'game': GAME}, f)
+    json.dump({'steps': steps, 'seed': seed, 'game': game}, f)
   shutil.rmtree(folder, ignore_errors=True)
   os.replace(partial, folder)  # A cache is complete or absent.
   return arrays
 
 
-def cache_folder(output_dir: str, seed: int = 0) -> str:
-  """Where the stream of `seed` is cached under `output_dir`."""
-  return os.path.join(output_dir, 'atari_frames', f'pong_seed{seed}')
+def cache_folder(output_dir: str, seed: int = 0, game: str = GAME) -> str:
+  """Where the stream of `game` and `seed` is cached under `output_dir`."""
+  return os.path.join(output_dir, 'atari_frames',
+                      f'{game.lower()}_seed{seed}')
 
 
 def load(folder: str, steps: int) -> Dict[str, np.ndarray]:

@@ -49,13 +49,15 @@ class AtariWorkload:
     curve_sizes: buffer sizes (steps, each at most `steps`) at which the
       RSS growth per step is read; `steps // 2` and `steps` are always read.
     sample_seconds: seconds of sampling timed per side.
-    seed: the seed of the Pong stream.
+    seed: the seed of the stream.
+    game: the ALE game played (e.g. 'Pong', 'Breakout').
   """
   steps: int = 20_000
   sides: Tuple[str, ...] = DEFAULT_SIDES
   curve_sizes: Tuple[int, ...] = ()
   sample_seconds: float = 5.0
   seed: int = 0
+  game: str = atari_frames.GAME
 
   def __post_init__(self):
     object.__setattr__(self, 'sides', tuple(self.sides))
@@ -187,13 +189,14 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
   os.makedirs(output_dir, exist_ok=True)
   began = time.monotonic()
   arrays = atari_frames.cached_frames(output_dir, workload.steps,
-                                      workload.seed)
+                                      workload.seed, workload.game)
   episodes = atari_frames.episodes(arrays)
   del arrays  # Each side loads its own copy.
-  frames_folder = atari_frames.cache_folder(output_dir, workload.seed)
+  frames_folder = atari_frames.cache_folder(output_dir, workload.seed,
+                                            workload.game)
   results: Dict[str, Any] = {
       'workload': dataclasses.asdict(workload),
-      'stream': {'game': atari_frames.GAME, 'episodes_ended': episodes,
+      'stream': {'game': workload.game, 'episodes_ended': episodes,
                  'observation': 'uint8[4, 84, 84]',
                  'raw_bytes_per_step': atari_frames.raw_bytes_per_step(),
                  'seconds_to_generate_or_load': time.monotonic() - began},

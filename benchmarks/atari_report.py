@@ -15,9 +15,9 @@ MEASURES = {
 }
 # side: {measure: target ratio, ours / stock}; a side not here is reference.
 TARGETS = {
-    'ours': {'memory': 1 / 6, 'insert': 1.5, 'sample': 2.0,
+    'ours': {'memory': 1 / 8, 'insert': 2.0, 'sample': 2.5,
              'checkpoint_bytes': 0.1, 'checkpoint_restore_time': 0.1},
-    'ours_blocks': {'memory': 1 / 40, 'insert': 1.5, 'sample': 2.0,
+    'ours_blocks': {'memory': 1 / 50, 'insert': 2.0, 'sample': 2.0,
                     'checkpoint_bytes': 0.1, 'checkpoint_restore_time': 0.1},
 }
 _SHORT = {'memory': 'memory / step', 'insert': 'insert steps/s',
@@ -177,7 +177,7 @@ def plot(results: Dict[str, Any], path: str) -> None:
   table = results['ratios']
   ours = list(table)
   width = 0.8 / len(ours)
-  hatches = ['', '//', '..', 'xx']
+  hatches = ['', '//', '..', 'xx', '\\\\', '++']
   figure, axes = pyplot.subplots(figsize=(11, 5.4))
   for index, name in enumerate(ours):
     for group, measure in enumerate(MEASURES):
@@ -213,7 +213,8 @@ def plot(results: Dict[str, Any], path: str) -> None:
     handle.set_edgecolor('black')
   workload = results['workload']
   axes.set_title(
-      f"smart_replay vs stock TF-Agents on real Pong frames "
+      f"smart_replay vs stock TF-Agents on real {results['stream']['game']} "
+      f"frames "
       f"({results['stream']['observation']}): {workload['steps']:,} steps, "
       f"{results['machine']['cpus']} CPUs")
   figure.tight_layout()

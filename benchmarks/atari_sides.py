@@ -1,19 +1,23 @@
 """One side of the Atari benchmark, measured alone in its own process.
 
 A side is a replay buffer in this process (an in-process Reverb server, as
-a learner beside its buffer has it) fed with the cached Pong stream:
+a learner beside its buffer has it) fed with the cached Atari stream:
 
 * 'stock': TF-Agents and Reverb as their examples set them up: a uniform
   table with a FIFO remover, max_size 1e6, `MinSize(1)`; a
   `ReverbReplayBuffer` and a `ReverbAddTrajectoryObserver(sequence_length=2,
   stride_length=1)`; sampled with `as_dataset(sample_batch_size=32,
   num_steps=2)`;
-* 'ours': `ReplayBufferManager(..., frame_stack=FrameStack('observation',
-  axis=0))`, one item per window of 2 steps;
+* 'ours': `ReplayBufferManager(data_spec, capacity=...,
+  sequence_length=2)` without any option: the frame stack is found by its
+  shape and stored in zstd, one item per window of 2 steps;
 * 'ours_blocks': the same with packed items,
   `table_configs=[TableConfig(block_length=32)]`;
-* 'ours_noframes': one item per window without `frame_stack` (the default
-  before it), for reference.
+* 'ours_zlib', 'ours_blocks_zlib': both with
+  `FrameStack('observation', axis=0, codec='zlib')`, the codec before zstd,
+  for reference;
+* 'ours_noframes': one item per window with `frame_stack=False` (whole
+  stacks), for reference.
 
 `measure` writes the stream, reading the process's RSS at the size-curve
 points, the half and the end (after a flush and a short settle, left out of
@@ -37,11 +41,14 @@ from smart_replay import TableConfig
 from smart_replay.utils import progress_log
 from smart_replay_benchmarks import atari_frames
 
-SIDES = ('stock', 'ours', 'ours_blocks', 'ours_noframes')
+SIDES = ('stock', 'ours', 'ours_blocks', 'ours_zlib', 'ours_blocks_zlib',
+         'ours_noframes')
 # The label of each side in tables and charts.
 LABELS = {'stock': 'stock TF-Agents', 'ours': 'ours, per-window',
           'ours_blocks': 'ours, packed items (32)',
-          'ours_noframes': 'ours, no frame_stack'}
+          'ours_zlib': 'ours, per-window, zlib',
+          'ours_blocks_zlib': 'ours, packed items (32), zlib',
+          'ours_noframes': 'ours, frame_stack=False'}
 CAPACITY = 10**6
 SEQUENCE_LENGTH = 2
 BATCH_SIZE = 32
@@ -184,11 +191,13 @@ def _measure_stock(steps, marks, sample_seconds, work) -> Dict[str, Any]:
 
 def _measure_ours(side, steps, marks, sample_seconds, work) -> Dict[str, Any]:
   """Writes, samples, checkpoints and restores one of our buffers."""
-  options = {}
-  if side == 'ours_blocks':
+  options = {}  # 'ours': none, the frame stack is found.
+  if side.startswith('ours_blocks'):
     options['table_configs'] = [TableConfig(block_length=BLOCK_LENGTH)]
-  if side != 'ours_noframes':
-    options['frame_stack'] = FrameStack('observation', axis=0)
+  if side.endswith('_zlib'):
+    options['frame_stack'] = FrameStack('observation', axis=0, codec='zlib')
+  if side == 'ours_noframes':
+    options['frame_stack'] = False
   buffer_dir = os.path.join(work, 'buffer')
   manager = ReplayBufferManager(
       atari_frames.data_spec(), capacity=CAPACITY, checkpoint_dir=buffer_dir,

@@ -69,6 +69,8 @@ flags.DEFINE_list('observation_shape', None, 'The observation\'s shape, e.g. '
                   '84,84,4 (default: [observation_size]).')
 flags.DEFINE_enum('observation_dtype', 'float32', ['float32', 'uint8'],
                   'The observation\'s dtype (uint8: image-like).')
+flags.DEFINE_string('game', atari_lib.AtariWorkload.game, 'atari: the ALE '
+                    "game played, e.g. Pong or Breakout (ale-py's ROMs).")
 flags.DEFINE_list('curve_sizes', [], 'Buffer sizes in steps of the size '
                   'curve, e.g. 100000,1000000,3000000 (default: no curve). '
                   'atari: sizes up to --steps, read while writing (default: '
@@ -87,7 +89,7 @@ def _run_atari(curve_sizes):
         steps=steps, sides=tuple(FLAGS.sides),
         curve_sizes=tuple(curve_sizes or
                           atari_lib.default_curve_sizes(steps)),
-        sample_seconds=FLAGS.sample_seconds)
+        sample_seconds=FLAGS.sample_seconds, game=FLAGS.game)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   results = atari_lib.run(workload, FLAGS.output_dir)

@@ -24,7 +24,7 @@ buffer's codec (`FrameStack.codec`):
 
 * 'zstd' (the default): one zstd frame per group, inflated inside the graph
   by the compiled op (`smart_replay.ops.zstd`). Per-window items store one
-  cell per blob (about 160 B for an 84x84 Pong frame); a block of packed
+  cell per blob (about 180 B for an 84x84 Pong frame); a block of packed
   items is a *container* of groups of `GROUP_CELLS` cells (`uint16 groups |
   uint32 group_ends[groups] | groups`, the last group padded with empty
   cells), so that a window inflates only the one or two groups its stacks
@@ -57,10 +57,14 @@ from smart_replay.spec import specs
 # block is there to save memory.
 ZLIB_LEVEL = 1
 BLOCK_ZLIB_LEVEL = 6
-# zstd level 9 for cells and groups alike: Pong 158 B a frame alone (level 3:
-# 169 B) and 52 B over 8 (56 B), encoding 10 us a frame (level 19: 46 B but
-# 360 us); inflating costs the same at every level (about 1 us a frame).
-ZSTD_LEVEL = 9
+# zstd level 3 for a cell of one step: 180 B a Pong cell in 10 us (level 9:
+# 166 B in 19 us; an item's Reverb bookkeeping, about 600 B a step, dwarfs
+# the difference, and every step pays the time). Level 9 for a block's
+# groups: 52 B a Pong frame over 8 (level 3: 56 B; level 19: 46 B but 360 us
+# a frame); a block is there to save memory. Inflating costs the same at
+# every level.
+ZSTD_LEVEL = 3
+BLOCK_ZSTD_LEVEL = 9
 # Cells per zstd group of a block: a window of 2 steps of 4-frame stacks
 # inflates 1 or 2 groups of 8 (16 over 16 cost 42 B a frame, but twice the
 # inflating; 4 cost 69 B).
@@ -303,10 +307,10 @@ def _raw(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
   return b''.join(parts)
 
 
-def _zstd(raws: Sequence[bytes]) -> List[bytes]:
+def _zstd(raws: Sequence[bytes], level: int) -> List[bytes]:
   """zstd frames (content size and checksum recorded) of `raws`, by the op
-  that inflates them, in one call."""
-  return list(zstd.encode(np.array(raws, object), level=ZSTD_LEVEL).numpy())
+  library that inflates them."""
+  return [zstd.compress(raw, level=level) for raw in raws]
 
 
 def encode(rows: np.ndarray, frames: Sequence[np.ndarray], *,
@@ -327,7 +331,7 @@ def encode(rows: np.ndarray, frames: Sequence[np.ndarray], *,
   """
   raw = _raw(rows, frames)
   if codec == 'zstd':
-    return _zstd([raw])[0]
+    return _zstd([raw], ZSTD_LEVEL)[0]
   return zlib.compress(raw, ZLIB_LEVEL)
 
 
@@ -451,7 +455,7 @@ def encode_block(rows: np.ndarray, frames: np.ndarray, count: int, *,
   padded[:len(rows)] = rows
   news += [frames[0][:0]] * (cells - count)
   groups = _zstd([_raw(padded[g:g + GROUP_CELLS], news[g:g + GROUP_CELLS])
-                  for g in range(0, cells, GROUP_CELLS)])
+                  for g in range(0, cells, GROUP_CELLS)], BLOCK_ZSTD_LEVEL)
   ends = np.cumsum([len(g) for g in groups]).astype('<u4')
   return b''.join([_GROUP_COUNT.pack(len(groups)), ends.tobytes()] + groups)
 

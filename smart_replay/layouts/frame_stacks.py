@@ -41,12 +41,6 @@ class Rebuilder:
     self._empty_group = (frame_cells.empty_group(row_bytes)
                          if self._codec == 'zstd' else None)
 
-  def _inflate(self, blobs: tf.Tensor) -> tf.Tensor:
-    """Each compressed group's bytes, in the buffer's codec."""
-    if self._codec == 'zstd':
-      return zstd.decode(blobs)
-    return tf.io.decode_compressed(blobs, 'ZLIB')
-
   def _stacks(self, frames: tf.Tensor, index: tf.Tensor,
               batch_dims: int) -> tf.Tensor:
     """Gathers `[..., depth]` frame indices into stacks of the field's
@@ -62,9 +56,10 @@ class Rebuilder:
       stacked = tf.transpose(stacked, order)
     return stacked
 
-  def _groups(self, raw: tf.Tensor, cells: int
+  def _groups(self, blobs: tf.Tensor, cells: int
               ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Inflated groups of `cells` cells each, `[windows, groups]`, parsed.
+    """Groups of `cells` cells each, `[windows, groups]`, inflated and
+    parsed.
 
     Returns:
       `(counts int32[windows, groups * cells], rows uint8[windows, groups *
@@ -73,6 +68,10 @@ class Rebuilder:
       `frames`, the first of window w at `offsets[w]`.
     """
     row_bytes, frame_bytes = self._row_bytes, self._field.frame_bytes
+    if self._codec == 'zstd':  # One op: inflated straight into tensors.
+      return zstd.decode_cells(blobs, cells=cells, row_bytes=row_bytes,
+                               frame_bytes=frame_bytes)
+    raw = tf.io.decode_compressed(blobs, 'ZLIB')
     windows = tf.shape(raw)[0]
     total = tf.shape(raw)[1] * cells  # Cells per window.
     counts = tf.cast(tf.reshape(tf.io.decode_raw(
@@ -100,7 +99,7 @@ class Rebuilder:
       shape])`.
     """
     field, lookback = self._field, self._field.lookback
-    counts, rows, frames, offsets = self._groups(self._inflate(blobs), 1)
+    counts, rows, frames, offsets = self._groups(blobs, 1)
     ends = tf.cumsum(counts, axis=1)[:, lookback:] + offsets[:, None]
     index = ends[..., None] - field.depth + tf.range(field.depth)
     return rows[:, lookback:], self._stacks(frames, index, 0)
@@ -145,7 +144,7 @@ class Rebuilder:
     needed = (chosen >= oldest[..., None]) & (chosen <= newest[..., None])
     parts = tf.where(needed, parts, self._empty_group)
     counts, rows, frames, offsets = self._groups(
-        self._inflate(tf.reshape(parts, [-1, touched])), _GROUP)
+        tf.reshape(parts, [-1, touched]), _GROUP)
     cells = (tf.reshape(starts - first * _GROUP, [-1, 1]) +
              tf.range(length))  # [blocks * windows, length], in the groups.
     ends = tf.gather(tf.cumsum(counts, axis=1), cells, batch_dims=1) + (

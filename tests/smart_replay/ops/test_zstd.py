@@ -321,3 +321,78 @@ def test_process_exits_with_a_live_iterator(size):
       check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'took one' in result.stdout
+
+
+def test_compress_makes_the_ops_frames_without_tensorflow_dispatch():
+  data = _smooth_frames(np.random.default_rng(5), 3).tobytes()
+  blob = zstd.compress(data, level=9)
+  assert blob[:4] == _MAGIC and blob[4] & 0x04  # With its checksum.
+  assert blob == _encoded(data, level=9)
+  assert zstd.compress(b'') == _encoded(b'')
+  assert zstd.decode(tf.constant([blob])).numpy()[0] == data
+  with pytest.raises(ValueError, match='level must be an int'):
+    zstd.compress(data, level='9')
+  with pytest.raises(ValueError, match='could not compress .* level 99'):
+    zstd.compress(data, level=99)
+
+
+def _group(rows, frames):
+  """A group of cells, as smart_replay.layouts.frame_cells packs one."""
+  counts = bytes([len(f) for f in frames])
+  return (len(frames).to_bytes(2, 'little') + counts + rows.tobytes() +
+          b''.join(f.tobytes() for f in frames))
+
+
+def test_decode_cells_splits_groups_into_tensors():
+  rng = np.random.default_rng(6)
+  frame = (6, 5)
+  groups, expected_rows, expected_frames, counts = [], [], [], []
+  for _ in range(3 * 2):  # 3 windows of 2 groups of 4 cells.
+    rows = rng.integers(0, 256, (4, 7), np.uint8)
+    frames = [rng.integers(0, 256, (k,) + frame, np.uint8)
+              for k in rng.integers(0, 4, 4)]
+    groups.append(zstd.compress(_group(rows, frames)))
+    expected_rows.append(rows)
+    expected_frames += frames
+    counts += [len(f) for f in frames]
+  blobs = tf.constant(np.array(groups, object).reshape(3, 2))
+  got_counts, rows, frames, offsets = zstd.decode_cells(
+      blobs, cells=4, row_bytes=7, frame_bytes=30)
+  assert got_counts.numpy().reshape(-1).tolist() == counts
+  np.testing.assert_array_equal(rows.numpy().reshape(-1, 7),
+                                np.concatenate(expected_rows))
+  np.testing.assert_array_equal(frames.numpy(), np.concatenate(
+      expected_frames).reshape(-1, 30))
+  totals = np.array(counts).reshape(3, 8).sum(1)
+  assert offsets.numpy().tolist() == [0, totals[0], totals[:2].sum()]
+  # Static shapes inside a tf.function, and no windows at all.
+  spec = tf.TensorSpec([None, 2], tf.string)
+  traced = tf.function(lambda b: zstd.decode_cells(
+      b, cells=4, row_bytes=7, frame_bytes=30)).get_concrete_function(spec)
+  assert [o.shape.as_list() for o in traced.outputs] == [
+      [None, 8], [None, 8, 7], [None, 30], [None]]
+  empty = zstd.decode_cells(tf.zeros([0, 2], tf.string), cells=4,
+                            row_bytes=7, frame_bytes=30)
+  assert [t.shape.as_list() for t in empty] == [[0, 8], [0, 8, 7], [0, 30],
+                                                [0]]
+
+
+@pytest.mark.parametrize('damage, match', [
+    (lambda g: g[:-3], r'blobs\[1\] \(flat index'),  # Truncated.
+    (lambda g: g[:20] + bytes([g[20] ^ 1]) + g[21:], r'blobs\[1\]'),
+    (lambda g: b'', r'blobs\[1\] .*empty string'),
+    (lambda g: zstd.compress(b'\x04\x00' + b'\x00' * 40),  # 4 cells, 0 rows.
+     r'blobs\[1\] .*not a group of 3 cells'),
+    (lambda g: zstd.compress(b'\x02\x00\x01\x01\x00' + b'\x00' * 21 + b'x'
+                             * 60), r'blobs\[1\] .*states 2 cells'),
+    (lambda g: zstd.compress(b'\x03\x00\x01\x01\x01' + b'\x00' * 21 + b'x'
+                             * 60), r'states 3 cells and 3 frames; expected'
+     r' 3 cells and the 2 frames'),
+])
+def test_decode_cells_refuses_bad_groups_by_index(damage, match):
+  rows = np.zeros((3, 7), np.uint8)
+  frames = [np.full((1, 30), k, np.uint8) for k in range(3)]
+  good = zstd.compress(_group(rows, frames[:2] + [frames[2][:0]]))
+  blobs = tf.constant([[zstd.compress(_group(rows, frames)), damage(good)]])
+  with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+    zstd.decode_cells(blobs, cells=3, row_bytes=7, frame_bytes=30)
