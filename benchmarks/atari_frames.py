@@ -61,6 +61,24 @@ def raw_bytes_per_step() -> int:
              for s in tree.flatten(data_spec()))
 
 
+def check_game(game: str) -> None:
+  """Checks that ALE knows `game`, without starting it.
+
+  Args:
+    game: an ALE game name, e.g. 'Pong'.
+
+  Raises:
+    ValueError: if it is not one (Gymnasium's message suggests a name).
+  """
+  import ale_py  # pylint: disable=g-import-not-at-top
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  gymnasium.register_envs(ale_py)
+  try:
+    gymnasium.spec(f'ALE/{game}-v5')
+  except gymnasium.error.Error as e:
+    raise ValueError(f'game={game!r} is not an ALE game: {e}') from None
+
+
 def _make_env(game: str):
   """`game` with the DQN preprocessing and a stack of 4 frames, oldest
   first."""

@@ -158,13 +158,19 @@ def _memory(result: Dict[str, Any], steps: int) -> Dict[str, Any]:
   rss = {int(k): v for k, v in result['rss'].items()}
   half = steps // 2
   slope = (rss[steps] - rss[half]) / (steps - half)
+  sizes = sorted(rss)
   return {
       'slope_bytes_per_step': slope,
       'growth_bytes_per_step': (rss[steps] - result['base_rss']) / steps,
       'projected_1m_steps_bytes': slope * 1e6,
-      'curve': {'sizes': sorted(rss),
+      'projected_10m_steps_bytes': slope * 1e7,
+      'curve': {'sizes': sizes,
                 'bytes_per_step': [(rss[size] - result['base_rss']) / size
-                                   for size in sorted(rss)]}}
+                                   for size in sizes],
+                # Each step between two readings: flat when memory is linear.
+                'marginal_bytes_per_step': [
+                    (rss[b] - rss[a]) / (b - a)
+                    for a, b in zip(sizes, sizes[1:])]}}
 
 
 def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:

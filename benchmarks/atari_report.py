@@ -153,9 +153,22 @@ def format_table(results: Dict[str, Any]) -> str:
             'Size curve (RSS growth / steps written, B/step):']
   for name in names:
     curve = sides[name]['memory']['curve']
-    lines.append(f'  {name:14s} ' + ', '.join(
+    lines.append(f'  {name:16s} ' + ', '.join(
         f'{size:,}: {value:,.0f}'
         for size, value in zip(curve['sizes'], curve['bytes_per_step'])))
+  lines.append('Marginal B/step between those sizes (RSS difference / steps) '
+               'and the slope projected to 1M and 10M steps:')
+  for name in names:
+    memory = sides[name]['memory']
+    curve = memory['curve']
+    sizes = curve['sizes']
+    marginal = curve.get('marginal_bytes_per_step', [])
+    lines.append(f'  {name:16s} ' + ', '.join(
+        f'{a:,}-{b:,}: {value:,.0f}'
+        for a, b, value in zip(sizes, sizes[1:], marginal)) +
+                 f"; 1M: {memory['projected_1m_steps_bytes'] / 1e9:.2f} GB, "
+                 f"10M: {memory.get('projected_10m_steps_bytes', 0) / 1e9:.1f}"
+                 ' GB')
   return '\n'.join(lines)
 
 

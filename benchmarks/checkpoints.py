@@ -70,7 +70,7 @@ def _checkpoint_like_the_manager(client: reverb.Client, spec: Any,
       data_spec=spec, capacity=capacity,
       sequence_length=workload_lib.SEQUENCE_LENGTH, stride_length=1,
       table_configs=[buffer.table(capacity)],
-      layout=buffer.layout).to_manifest()
+      layout=buffer.layout, frame_stack=False).to_manifest()  # As written.
   checkpointer = checkpointer_lib.Checkpointer(
       client, checkpoint_store.CheckpointStore(root),
       timeout_s=_CHECKPOINT_TIMEOUT_S)

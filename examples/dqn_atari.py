@@ -34,13 +34,14 @@ python examples/dqn_atari.py --root_dir=/tmp/dqn_pong
 
 TF-Agents' DQN on Pong with its Reverb replay buffer replaced by
 `smart_replay.ReplayBufferManager`: each 84x84 frame of the stacked
-observations is stored once (`smart_replay.FrameStack`), and the buffer is
-checkpointed with the agent (every `train_eval.checkpoint_interval` train
-steps) into <root_dir>/replay_buffer; running the same command again resumes
-from the newest checkpoints. Pong comes from Gymnasium + ale-py (the atari
-extra: `pip install -e '.[atari]'`), preprocessed as TF-Agents' suite_atari
-does (sticky actions, 4-frame skip with max-pooling, 84x84 grayscale, 4
-frames stacked on the last axis).
+observations is stored once (the manager finds the stack by its shape, no
+option needed), and the buffer is checkpointed with the agent (every
+`train_eval.checkpoint_interval` train steps) into <root_dir>/replay_buffer;
+running the same command again resumes from the newest checkpoints. Pong
+comes from Gymnasium + ale-py (the atari extra: `pip install -e
+'.[atari]'`), preprocessed as TF-Agents' suite_atari does (sticky actions,
+4-frame skip with max-pooling, 84x84 grayscale, 4 frames stacked on the last
+axis).
 
 A short run (a few minutes on 2 cores; no learning expected):
 
@@ -249,8 +250,6 @@ def train_eval(
       capacity=replay_capacity,
       checkpoint_dir=os.path.join(root_dir, 'replay_buffer'),
       sequence_length=sequence_length,
-      # Each 84x84 frame of the [84, 84, 4] observations is stored once.
-      frame_stack=smart_replay.FrameStack('observation', axis=-1),
       port=reverb_port,
   )
   if manager.existing_checkpoints():

@@ -4,11 +4,12 @@ Prints a table of medians and ratios (ours / stock) with the targets, and
 writes OUTPUT_DIR/benchmark.json and OUTPUT_DIR/benchmark.png. See the README
 section "Speed, and the benchmark" for what is measured.
 
---workload=atari writes real ALE Pong frames (uint8[4, 84, 84], generated
-once and cached in OUTPUT_DIR/atari_frames/) into stock TF-Agents and our
-buffers with `frame_stack` (per-window and packed items), each side in its
-own process (see benchmarks/atari_lib.py); it prints markdown tables and
-writes OUTPUT_DIR/atari_benchmark.json and OUTPUT_DIR/atari_benchmark.png.
+--workload=atari writes real ALE frames of --game (Pong by default; uint8[4,
+84, 84], generated once and cached in OUTPUT_DIR/atari_frames/) into stock
+TF-Agents and our buffers (the frame stack found by itself: per-window and
+packed items; zlib and no frame stack for reference), each side in its own
+process (see benchmarks/atari_lib.py); it prints markdown tables and writes
+OUTPUT_DIR/atari_benchmark.json and OUTPUT_DIR/atari_benchmark.png.
 
 Usage:
   python scripts/benchmark.py                 # 1,000,000 steps (~10 min)
@@ -16,6 +17,7 @@ Usage:
   python scripts/benchmark.py --curve_sizes=100000,1000000,3000000
   python scripts/benchmark.py --steps=20000 --repeats=2 --observation_shape=84,84,4 --observation_dtype=uint8
   python scripts/benchmark.py --workload=atari          # 20,000 Pong steps
+  python scripts/benchmark.py --workload=atari --game=Breakout --steps=100000
   python scripts/benchmark.py --workload=atari --steps=20000 \
       --curve_sizes=5000,10000,20000 --sides=stock,ours,ours_blocks
 """
@@ -24,6 +26,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from smart_replay_benchmarks import atari_frames
 from smart_replay_benchmarks import atari_lib
 from smart_replay_benchmarks import atari_report
 from smart_replay_benchmarks import benchmark_lib as benchmark
@@ -90,6 +93,7 @@ def _run_atari(curve_sizes):
         curve_sizes=tuple(curve_sizes or
                           atari_lib.default_curve_sizes(steps)),
         sample_seconds=FLAGS.sample_seconds, game=FLAGS.game)
+    atari_frames.check_game(workload.game)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   results = atari_lib.run(workload, FLAGS.output_dir)

@@ -229,8 +229,7 @@ def _populate(*, buffer_dir, buffer_name, total, environment, baseline,
               'policy_class': type(baseline).__name__}
   manager = manager_lib.ReplayBufferManager(
       tensor_spec.from_spec(baseline.collect_data_spec), capacity=capacity,
-      checkpoint_dir=buffer_dir, sequence_length=sequence_length,
-      frame_stack=env_factory.frame_stack_of(env))
+      checkpoint_dir=buffer_dir, sequence_length=sequence_length)
   with manager:
     state = {'steps': 0, 'episodes': 0, 'runs': 0, 'total_steps': total,
              **identity}

@@ -6,13 +6,14 @@ A layout owns both directions of its format, below the write path
 * `packed_steps`: one Reverb column per field ('columns'), or every field of
   a step in one `uint8` row ('packed'; `StepCodec`), decoded in-graph;
 * `frame_cells` and `frame_stacks`: a stacked pixel field stored once per
-  frame (cells of new frames, zlib blobs) and the stacks rebuilt
+  frame (cells of new frames, zstd or zlib) and the stacks rebuilt
   (`FrameStackedLayout`);
 * `packed_items`: blocks of consecutive packed steps as one item each
   (`BlockBuilder`), and the windows cut back out of them.
 
 This module builds the layout of a config or manifest: `make_layout` from a
-layout name ('packed' or 'columns') and an optional `FrameStack`;
+layout name ('packed' or 'columns') and an optional `FrameStack` (found by
+`frame_cells.detect_frame_stack` when a new buffer names none);
 `layout_from_manifest` rebuilds the one a manifest records and checks it
 against what this machine would build.
 """

@@ -129,7 +129,8 @@ class Rebuilder:
     # Groups a window's cells (and the depth - 1 before) can touch.
     touched = min(groups, (length + depth - 3) // _GROUP + 2)
     head = frame_cells.container_header_bytes(groups)
-    ends = tf.io.decode_raw(tf.strings.substr(blobs, 2, 4 * groups),
+    count_bytes = frame_cells.container_header_bytes(0)
+    ends = tf.io.decode_raw(tf.strings.substr(blobs, count_bytes, 4 * groups),
                             tf.int32, little_endian=True)  # [blocks, groups]
     firsts = head + tf.concat([tf.zeros_like(ends[:, :1]), ends[:, :-1]], 1)
     oldest = tf.maximum(starts - (depth - 1), 0) // _GROUP

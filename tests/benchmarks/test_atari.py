@@ -40,8 +40,10 @@ def _side(slope, insert, sample, ckpt_bytes, ckpt_s, restore_s):
   return {'memory': {'slope_bytes_per_step': slope,
                      'growth_bytes_per_step': slope * 1.5,
                      'projected_1m_steps_bytes': slope * 1e6,
+                     'projected_10m_steps_bytes': slope * 1e7,
                      'curve': {'sizes': [50, 100],
-                               'bytes_per_step': [slope * 2, slope]}},
+                               'bytes_per_step': [slope * 2, slope],
+                               'marginal_bytes_per_step': [slope * 5 / 6]}},
           'insert_steps_per_s': insert, 'sample_windows_per_s': sample,
           'checkpoint_bytes': ckpt_bytes, 'checkpoint_seconds': ckpt_s,
           'restore_seconds': restore_s, 'items': 99, 'restored_items': 99}
@@ -72,7 +74,8 @@ def test_ratios_are_against_stock_with_each_sides_targets(tmp_path):
   assert '| server memory, B/step (RSS slope, 2nd half) | 6,000' in table
   assert '0.117x (1/8.6), met (<= 1/8)' in table
   assert '0.05x (1/20), NOT met (<= 1/50)' in table
-  assert 'ours_blocks    50: 600, 100: 300' in table
+  assert 'ours_blocks      50: 600, 100: 300' in table
+  assert 'ours_blocks      50-100: 250; 1M: 0.30 GB, 10M: 3.0 GB' in table
   atari_report.plot(results, str(tmp_path / 'chart.png'))
   assert (tmp_path / 'chart.png').read_bytes().startswith(b'\x89PNG')
 
@@ -118,11 +121,11 @@ def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
     # Every side holds the stream: its RSS grew.
     assert side['memory']['growth_bytes_per_step'] > 0, name
   # Per-window sides hold every window of 2 steps; packed items hold them
-  # 31 to a block of 32 steps.
+  # 63 to a block of 64 steps.
   windows = sides['stock']['items']
   assert 590 <= windows <= 599
   assert sides['ours']['items'] == sides['ours_noframes']['items'] == windows
-  assert windows / 31 <= sides['ours_blocks']['items'] < windows / 10
+  assert windows / 63 <= sides['ours_blocks']['items'] < windows / 20
   assert set(results['ratios']) == {'ours', 'ours_blocks', 'ours_noframes'}
   for ratios in results['ratios'].values():
     assert set(ratios) == set(atari_report.MEASURES)
@@ -133,7 +136,7 @@ def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
   assert png.startswith(b'\x89PNG\r\n\x1a\n') and len(png) > 10_000
   table = atari_report.format_table(results)
   for label in ('stock TF-Agents', 'ours, per-window',
-                'ours, packed items (32)', 'ours, frame_stack=False'):
+                'ours, packed items (64)', 'ours, frame_stack=False'):
     assert label in table
   assert (tmp_path / 'atari_frames' / 'pong_seed0' / 'observation.npy'
          ).exists()

@@ -94,8 +94,9 @@ def test_short_run_trains_and_checkpoints_buffer_and_agent(short_run):
   assert manifest['counts']['tables']['experience']['items'] == (
       expected_items(collected))
   assert manifest['counts']['env_steps'] == collected
+  # Found by its shape (the example passes no frame_stack), in zstd.
   assert manifest['layout']['frame_stack'] == {'field': 'observation',
-                                               'axis': -1}
+                                               'axis': -1, 'codec': 'zstd'}
   # The Learner's agent checkpoints are taken at the buffer's train steps.
   agent = os.path.join(root_dir, 'train', 'checkpoints')
   assert tf.train.latest_checkpoint(agent).endswith(f'ckpt-{ITERATIONS}')

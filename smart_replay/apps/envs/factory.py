@@ -1,35 +1,17 @@
 """Building environments by name: 'thermal', 'gymnasium:<id>', 'atari:<Game>'
 or 'gym:<id>'."""
 
-from typing import Optional
-
 import gin
 from tf_agents.environments import py_environment
 
 from smart_replay.apps.envs import atari_env
 from smart_replay.apps.envs import gymnasium_env
 from smart_replay.apps.envs import thermal
-from smart_replay.layouts import frame_cells
 
 THERMAL = 'thermal'
 GYM_PREFIX = 'gym:'
 GYMNASIUM_PREFIX = 'gymnasium:'
 ATARI_PREFIX = 'atari:'
-
-
-def frame_stack_of(name: str) -> Optional[frame_cells.FrameStack]:
-  """The frame stack a buffer of environment `name` stores once per frame.
-
-  Args:
-    name: an environment name as `make_environment` takes it.
-
-  Returns:
-    `FrameStack('observation', axis=0)` for 'atari:<Game>' (4 stacked
-    frames, oldest first), else None.
-  """
-  if name.startswith(ATARI_PREFIX):
-    return frame_cells.FrameStack('observation', axis=0)
-  return None
 
 
 @gin.configurable

@@ -213,16 +213,18 @@ def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
   assert stacked == plain
 
 
-@pytest.mark.parametrize('block_length, codec', [
-    (8, 'zstd'), (21, 'zstd'), (32, 'zstd'), (8, 'zlib')])
-def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec):
+@pytest.mark.parametrize('block_length, codec, windows_per_item', [
+    (8, 'zstd', 1), (21, 'zstd', 1), (32, 'zstd', 4), (8, 'zlib', 1)])
+def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec,
+                                           windows_per_item):
   stream = _synthetic(400)
   spec = _spec([3, 6, 5])
   valid = _expected_windows(stream)
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
       sequence_length=3, frame_stack=FrameStack('observation', 0, codec),
-      table_configs=[TableConfig(block_length=block_length)])
+      table_configs=[TableConfig(block_length=block_length,
+                                 windows_per_item=windows_per_item)])
   try:
     _, observer = manager.create_replay_buffer()
     for step in stream:

@@ -119,9 +119,9 @@ def test_populate_a_pong_starter_buffer_end_to_end(tmp_path):
   manager = smart_replay.ReplayBufferManager.from_checkpoint(str(buffer_dir))
   with manager:
     manager.load_replay_buffer()
-    # Atari buffers store each frame once.
+    # Atari buffers store each frame once (the stack found by its shape).
     assert manager.buffer_config['layout']['frame_stack'] == {
-        'field': 'observation', 'axis': 0}
+        'field': 'observation', 'axis': 0, 'codec': 'zstd'}
     assert manager.num_frames() == record['items'] == 299
     trajectory, _ = next(iter(manager.get_dataset(batch_size=8)))
   assert trajectory.observation.shape == [8, 2, 4, 84, 84]
