@@ -78,9 +78,9 @@ class BufferShape:
     if self.layout is not None and self.layout not in packed_steps.LAYOUTS:
       raise ValueError(f'layout must be one of {packed_steps.LAYOUTS} or None, '
                        f'got {self.layout!r}.')
-    if self.frame_stack is not None and self.frame_stack is not False and (
-        not isinstance(
-        self.frame_stack, frame_cells.FrameStack)):
+    stack = self.frame_stack
+    if not (stack is None or stack is False or
+            isinstance(stack, frame_cells.FrameStack)):
       raise ValueError(f'frame_stack must be a smart_replay.FrameStack(field, '
                        f'axis), None (find one) or False (none), got '
                        f'{self.frame_stack!r}.')

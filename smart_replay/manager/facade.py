@@ -76,9 +76,10 @@ class ReplayBufferManager:
     locally), `sequence_length` (default 2), `stride_length` (default 1),
     `table_configs` (default one uniform table 'experience'), `layout`
     ('packed' or 'columns'; default 'packed' when every field is numeric, or
-    a loaded checkpoint's) and `frame_stack` (a `FrameStack` for stacked
-    pixel observations: each frame stored once; see README, "Pixel
-    observations").
+    a loaded checkpoint's) and `frame_stack` (stacked pixel observations,
+    each frame stored once in zstd: None finds the stacked field by its
+    shape, `False` stores whole stacks, a `FrameStack` names the field; see
+    docs/pixels.md).
   * `location=LocalBuffer(...)`: an in-process server on `checkpoint_dir`
     (`keep_checkpoints` 2, `port` None: a free one, `starter_dir`: a starter
     buffer served read-only beside this one for
