@@ -145,6 +145,9 @@ def measure_side(side: str, workload: AtariWorkload, frames_folder: str,
     if status != 'ok':
       raise RuntimeError(f'the {side} side failed:\n{value}')
     return value
+  except KeyboardInterrupt:  # Abandon the side at once.
+    process.kill()
+    raise
   finally:
     process.join(120)
     if process.is_alive():
@@ -213,20 +216,22 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
                   'ale_py': importlib.metadata.version('ale-py')},
       'sides': {}}
   measured = time.monotonic()
-  for index, side in enumerate(workload.sides):
-    result = measure_side(side, workload, frames_folder,
-                          os.path.join(output_dir, 'atari_work', side))
-    result['memory'] = _memory(result, workload.steps)
-    result['rss'] = {str(k): v for k, v in result['rss'].items()}
-    results['sides'][side] = result
-    elapsed = time.monotonic() - measured
-    logging.info(
-        'side %d/%d %s: %.0f steps/s, %.0f windows/s, %.0f B/step; ETA %.0f s',
-        index + 1, len(workload.sides), side, result['insert_steps_per_s'],
-        result['sample_windows_per_s'],
-        result['memory']['slope_bytes_per_step'],
-        elapsed / (index + 1) * (len(workload.sides) - index - 1))
-  shutil.rmtree(os.path.join(output_dir, 'atari_work'), ignore_errors=True)
+  try:
+    for index, side in enumerate(workload.sides):
+      result = measure_side(side, workload, frames_folder,
+                            os.path.join(output_dir, 'atari_work', side))
+      result['memory'] = _memory(result, workload.steps)
+      result['rss'] = {str(k): v for k, v in result['rss'].items()}
+      results['sides'][side] = result
+      elapsed = time.monotonic() - measured
+      logging.info(
+          'side %d/%d %s: %.0f steps/s, %.0f windows/s, %.0f B/step; ETA '
+          '%.0f s', index + 1, len(workload.sides), side,
+          result['insert_steps_per_s'], result['sample_windows_per_s'],
+          result['memory']['slope_bytes_per_step'],
+          elapsed / (index + 1) * (len(workload.sides) - index - 1))
+  finally:  # Also when a side fails or is interrupted.
+    shutil.rmtree(os.path.join(output_dir, 'atari_work'), ignore_errors=True)
   results['ratios'] = atari_report.ratios(results)
   with open(os.path.join(output_dir, 'atari_benchmark.json'), 'w') as f:
     json.dump(results, f, indent=2)

@@ -22,6 +22,8 @@ Usage:
       --curve_sizes=5000,10000,20000 --sides=stock,ours,ours_blocks
 """
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
@@ -121,7 +123,11 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(f'--curve_sizes: {e}') from e
   if FLAGS.workload == 'atari':
-    _run_atari(curve_sizes)
+    try:
+      _run_atari(curve_sizes)
+    except KeyboardInterrupt:  # Each side's process is killed, its folder gone.
+      print('\nInterrupted: no results written.', file=sys.stderr)
+      sys.exit(130)
     return
   workload = benchmark.Workload(
       steps=FLAGS.steps or _DEFAULT_STEPS['synthetic'], repeats=FLAGS.repeats,

@@ -248,7 +248,14 @@ class FrameStackedLayout:
     self.stacked_field = frame_cells.StackedField(frame_stack, data_spec)
     self.batches_blocks = frame_stack.codec == 'zstd'
     if self.batches_blocks:
-      zstd.require()  # A zstd buffer without the op says how to build it.
+      try:
+        zstd.require()
+      except zstd.ZstdOpMissingError as e:
+        raise zstd.ZstdOpMissingError(
+            f'the frame stack {frame_stack.describe()} stores its frames in '
+            f'zstd, which needs our TensorFlow op: {e} (A new buffer can do '
+            'without: frame_stack=False stores whole stacks, '
+            "FrameStack(..., codec='zlib') the frames in zlib.)") from e
     leaves = tree.flatten(data_spec)
     self._rest = packed_steps.StepCodec(
         [s for i, s in enumerate(leaves) if i != self.stacked_field.index])
