@@ -5,9 +5,9 @@ A layout owns both directions of its format, below the write path
 
 * `packed_steps`: one Reverb column per field ('columns'), or every field of
   a step in one `uint8` row ('packed'; `StepCodec`), decoded in-graph;
-* `frame_cells` and `frame_stacks`: a stacked pixel field stored once per
-  frame (cells of new frames, zstd or zlib) and the stacks rebuilt
-  (`FrameStackedLayout`);
+* `frame_cells`, `frame_blobs` and `frame_stacks`: a stacked pixel field
+  stored once per frame (cells of new frames, compressed with zstd or zlib)
+  and the stacks rebuilt (`FrameStackedLayout`);
 * `packed_items`: blocks of consecutive packed steps as one item each
   (`BlockBuilder`), and the windows cut back out of them.
 

@@ -15,12 +15,13 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from smart_replay.layouts import frame_blobs
 from smart_replay.layouts import frame_cells
 from smart_replay.layouts import packed_steps
 from smart_replay.ops import zstd
 
-_HEADER = frame_cells.HEADER_BYTES
-_GROUP = frame_cells.GROUP_CELLS
+_HEADER = frame_blobs.HEADER_BYTES
+_GROUP = frame_blobs.GROUP_CELLS
 
 
 class Rebuilder:
@@ -38,7 +39,7 @@ class Rebuilder:
     self._field = field
     self._row_bytes = row_bytes
     self._codec = field.option.codec
-    self._empty_group = (frame_cells.empty_group(row_bytes)
+    self._empty_group = (frame_blobs.empty_group(row_bytes)
                          if self._codec == 'zstd' else None)
 
   def _stacks(self, frames: tf.Tensor, index: tf.Tensor,
@@ -125,11 +126,11 @@ class Rebuilder:
       windows, length, *field shape])`, block by block.
     """
     depth = self._field.depth
-    groups = frame_cells.block_groups(block_length)
+    groups = frame_blobs.block_groups(block_length)
     # Groups a window's cells (and the depth - 1 before) can touch.
     touched = min(groups, (length + depth - 3) // _GROUP + 2)
-    head = frame_cells.container_header_bytes(groups)
-    count_bytes = frame_cells.container_header_bytes(0)
+    head = frame_blobs.container_header_bytes(groups)
+    count_bytes = frame_blobs.container_header_bytes(0)
     ends = tf.io.decode_raw(tf.strings.substr(blobs, count_bytes, 4 * groups),
                             tf.int32, little_endian=True)  # [blocks, groups]
     firsts = head + tf.concat([tf.zeros_like(ends[:, :1]), ends[:, :-1]], 1)
@@ -197,7 +198,7 @@ class Rebuilder:
     field = self._field
     blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
     block = len(blobs) == 1
-    parts = [frame_cells.decode(b, self._row_bytes, field.frame_bytes,
+    parts = [frame_blobs.decode(b, self._row_bytes, field.frame_bytes,
                                 codec=self._codec, block=block)
              for b in blobs]
     counts, rows, frames = (np.concatenate(p) for p in zip(*parts))
