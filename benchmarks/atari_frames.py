@@ -1,16 +1,17 @@
-"""Real Atari frames for the benchmark: Pong as a TF-Agents driver writes it.
+"""Real Atari frames for the benchmark, as a TF-Agents driver writes them.
 
-`ALE/Pong-v5` with no frame skip of its own and sticky actions
-(`repeat_action_probability` 0.25), Gymnasium's `AtariPreprocessing`
-(`frame_skip` 4, 84x84 grayscale) and `FrameStackObservation(4)`: an
-observation is `uint8[4, 84, 84]`, oldest frame first. A seeded random policy
-plays it; the stream is what a TF-Agents driver hands its observers: FIRST and
-MID steps, the last transition (`next_step_type` LAST), then the boundary step
-(`step_type` LAST, `next_step_type` FIRST of the next episode).
+`ALE/<game>-v5` (Pong by default, or any ALE game) with no frame skip of its
+own and sticky actions (`repeat_action_probability` 0.25), Gymnasium's
+`AtariPreprocessing` (`frame_skip` 4, 84x84 grayscale) and
+`FrameStackObservation(4)`: an observation is `uint8[4, 84, 84]`, oldest
+frame first. A seeded random policy plays it; the stream is what a TF-Agents
+driver hands its observers: FIRST and MID steps, the last transition
+(`next_step_type` LAST), then the boundary step (`step_type` LAST,
+`next_step_type` FIRST of the next episode).
 
 Generating is slow next to writing (ALE runs 4 frames a step), so the stream
 is made once, before anything is measured, and cached as one `.npy` per
-field in `<output_dir>/atari_frames/pong_seed<seed>/`; a rerun with as many
+field in `<output_dir>/atari_frames/<game>_seed<seed>/`; a rerun with as many
 steps or fewer reads the cache (a prefix of a longer stream is the stream of
 fewer steps: the generator is sequential and seeded).
 """
@@ -37,7 +38,7 @@ FIELDS = ('step_type', 'observation', 'action', 'next_step_type', 'reward',
 
 
 def data_spec() -> trajectory_lib.Trajectory:
-  """The spec of one Pong step: observation `uint8[4, 84, 84]`, action int64.
+  """The spec of one step: observation `uint8[4, 84, 84]`, action int64.
 
   Returns:
     The `Trajectory` of (bounded) `tf.TensorSpec`s.

@@ -1,11 +1,12 @@
-"""Atari benchmark: real Pong frames, stock TF-Agents against our layouts.
+"""Atari benchmark: real ALE frames, stock TF-Agents against our layouts.
 
 One run compares, side by side (`atari_sides.SIDES`), the stock TF-Agents
-and Reverb path with our `ReplayBufferManager` storing each frame once
-(`frame_stack=FrameStack('observation', axis=0)`), one item per window and
-in packed items of 32 steps, and optionally ours without `frame_stack`. The
-stream is real: `atari_frames` plays ALE Pong once per run, before anything
-is measured, and caches it in the output folder.
+and Reverb path with our `ReplayBufferManager` storing each frame once (the
+frame stack found by its shape, in zstd), one item per window and in packed
+items of 64 steps, and for reference the same in zlib (as before zstd) and
+ours with `frame_stack=False`. The stream is real: `atari_frames` plays the
+game (Pong by default) once per run, before anything is measured, and caches
+it in the output folder.
 
 Each side runs in its own spawned process, one after the other, so its
 memory is its own and no side competes with another for the CPUs. Measured
@@ -44,7 +45,7 @@ class AtariWorkload:
   """What the Atari benchmark writes and samples.
 
   Attributes:
-    steps: Pong steps written into each side (boundary steps included).
+    steps: steps written into each side (boundary steps included).
     sides: the compared sides, `atari_sides.SIDES` names; 'stock' first.
     curve_sizes: buffer sizes (steps, each at most `steps`) at which the
       RSS growth per step is read; `steps // 2` and `steps` are always read.
@@ -181,7 +182,7 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
 
   Args:
     workload: what to write and sample.
-    output_dir: where the results, the cached Pong stream and the (deleted
+    output_dir: where the results, the cached stream and the (deleted
       afterwards) checkpoints go; created if missing.
 
   Returns:

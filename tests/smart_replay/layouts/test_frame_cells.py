@@ -213,6 +213,26 @@ def test_every_table_kind_stores_the_packed_layouts_windows(tmp_path,
   assert stacked == plain
 
 
+def _sampled(manager, stream, *, batches, batch_size):
+  """Writes `stream`, then counts the windows of `batches` sampled batches;
+  closes the manager."""
+  try:
+    _, observer = manager.create_replay_buffer()
+    for step in stream:
+      observer(step)
+    observer.flush()
+    iterator = iter(manager.get_dataset(batch_size=batch_size))
+    seen = collections.Counter()
+    for _ in range(batches):
+      trajectory, _ = next(iterator)
+      for b in range(batch_size):
+        seen[testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
+    return seen
+  finally:
+    manager.close()
+
+
 @pytest.mark.parametrize('block_length, codec, windows_per_item', [
     (8, 'zstd', 1), (21, 'zstd', 1), (32, 'zstd', 4), (8, 'zlib', 1)])
 def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec,
@@ -225,22 +245,9 @@ def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec,
       sequence_length=3, frame_stack=FrameStack('observation', 0, codec),
       table_configs=[TableConfig(block_length=block_length,
                                  windows_per_item=windows_per_item)])
-  try:
-    _, observer = manager.create_replay_buffer()
-    for step in stream:
-      observer(step)
-    observer.flush()
-    iterator = iter(manager.get_dataset(batch_size=32))
-    seen = collections.Counter()
-    for _ in range(40):
-      trajectory, _ = next(iterator)
-      for b in range(32):
-        seen[testing.item_fingerprint(tree.map_structure(
-            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
-    assert set(seen) <= set(valid)
-    assert len(seen) > 0.8 * len(valid)  # 1,280 draws of ~330 windows.
-  finally:
-    manager.close()
+  seen = _sampled(manager, stream, batches=40, batch_size=32)
+  assert set(seen) <= set(valid)
+  assert len(seen) > 0.8 * len(valid)  # 1,280 draws of ~330 windows.
 
 
 @pytest.mark.parametrize('axis', [0, -1])
@@ -253,22 +260,36 @@ def test_pong_blocks_sample_what_tf_agents_stores(tmp_path, axis):
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
       sequence_length=2, table_configs=[TableConfig(block_length=32)])
+  assert manager.buffer_config['layout']['frame_stack'] == {
+      'field': 'observation', 'axis': axis, 'codec': 'zstd'}  # Found.
+  seen = _sampled(manager, stream, batches=30, batch_size=64)
+  assert set(seen) <= set(expected)
+  assert len(seen) > 0.9 * len(expected)  # 1,920 draws of ~290 windows.
+
+
+_FIFO = [TableConfig(sampler='fifo', max_times_sampled=1)]
+
+
+def _stacked_buffer(directory, stream, *,
+                    frame_stack=FrameStack('observation', 0), **kwargs):
+  """A frame-stacked buffer holding `stream` (windows of 3 steps)."""
+  manager = ReplayBufferManager(
+      _spec([3, 6, 5]), capacity=10_000, checkpoint_dir=str(directory),
+      sequence_length=3, frame_stack=frame_stack, **kwargs)
+  _, observer = manager.create_replay_buffer()
+  for step in stream:
+    observer(step)
+  observer.flush()
+  return manager
+
+
+def _checkpointed(directory, stream, option):
+  """`_stacked_buffer` of `option` and fifo items, checkpointed and closed;
+  returns the checkpoint's path."""
+  manager = _stacked_buffer(directory, stream, frame_stack=option,
+                            table_configs=_FIFO)
   try:
-    assert manager.buffer_config['layout']['frame_stack'] == {
-        'field': 'observation', 'axis': axis, 'codec': 'zstd'}  # Found.
-    _, observer = manager.create_replay_buffer()
-    for step in stream:
-      observer(step)
-    observer.flush()
-    iterator = iter(manager.get_dataset(batch_size=64, num_steps=2))
-    seen = collections.Counter()
-    for _ in range(30):
-      trajectory, _ = next(iterator)
-      for b in range(64):
-        seen[testing.item_fingerprint(tree.map_structure(
-            lambda t: t[b].numpy(), trajectory))] += 1  # pylint: disable=cell-var-from-loop
-    assert set(seen) <= set(expected)
-    assert len(seen) > 0.9 * len(expected)  # 1,920 draws of ~290 windows.
+    return manager.checkpoint()
   finally:
     manager.close()
 
@@ -277,16 +298,7 @@ def test_checkpoint_records_the_frame_stack_and_restores(tmp_path):
   stream = _synthetic(200)
   spec = _spec([3, 6, 5])
   option = FrameStack('observation', 0)
-  tables = [TableConfig(sampler='fifo', max_times_sampled=1)]
-  manager = ReplayBufferManager(
-      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
-      sequence_length=3, frame_stack=option, table_configs=tables)
-  _, observer = manager.create_replay_buffer()
-  for step in stream:
-    observer(step)
-  observer.flush()
-  path = manager.checkpoint()
-  manager.close()
+  path = _checkpointed(tmp_path / 'b', stream, option)
   stored = [item.columns for item in reader_lib.CheckpointReader(path).items()]
   fresh = ReplayBufferManager.from_checkpoint(str(tmp_path / 'b'))
   try:
@@ -302,7 +314,7 @@ def test_checkpoint_records_the_frame_stack_and_restores(tmp_path):
   with pytest.raises(Exception, match='frame_stack'):
     ReplayBufferManager(spec, capacity=10_000,
                         checkpoint_dir=str(tmp_path / 'b'), sequence_length=3,
-                        layout='packed', table_configs=tables
+                        layout='packed', table_configs=_FIFO
                         ).load_replay_buffer()
 
 
@@ -362,18 +374,6 @@ def test_epoch_export_and_inspect_read_whole_stacks(tmp_path):
                                       'codec': 'zstd'}
   assert 'frame_stack=(observation, axis 0' in inspection.format_text(
       described)
-
-
-def _stacked_buffer(directory, stream, **kwargs):
-  """A frame-stacked buffer holding `stream` (windows of 3 steps)."""
-  manager = ReplayBufferManager(
-      _spec([3, 6, 5]), capacity=10_000, checkpoint_dir=str(directory),
-      sequence_length=3, frame_stack=FrameStack('observation', 0), **kwargs)
-  _, observer = manager.create_replay_buffer()
-  for step in stream:
-    observer(step)
-  observer.flush()
-  return manager
 
 
 def test_a_starter_mixes_into_a_frame_stacked_buffer(tmp_path):
@@ -469,18 +469,8 @@ def test_a_zlib_buffer_from_before_zstd_loads_and_samples(tmp_path):
   # A checkpoint whose manifest records a frame stack without a codec (as
   # every one written before zstd) is zlib, and reopens as one.
   stream = _synthetic(200)
-  spec = _spec([3, 6, 5])
-  tables = [TableConfig(sampler='fifo', max_times_sampled=1)]
-  manager = ReplayBufferManager(
-      spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
-      sequence_length=3, table_configs=tables,
-      frame_stack=FrameStack('observation', 0, codec='zlib'))
-  _, observer = manager.create_replay_buffer()
-  for step in stream:
-    observer(step)
-  observer.flush()
-  path = manager.checkpoint()
-  manager.close()
+  path = _checkpointed(tmp_path / 'b', stream,
+                       FrameStack('observation', 0, codec='zlib'))
   manifest_path = os.path.join(path, 'manifest.json')
   with open(manifest_path) as f:
     manifest = json.load(f)
