@@ -36,7 +36,15 @@ _BLOCK = 32
 
 
 def measure(observation: str):
-  """(raw, snappy, {level: zstd}) bytes per step, and inflate us/block."""
+  """Compresses blocks of the low-dimensional stream and times inflating.
+
+  Args:
+    observation: 'smooth' or 'noise' (see `workload.Workload`).
+
+  Returns:
+    (raw bytes per step, snappy bytes per step, {level: zstd bytes per
+    step}, inflate us per block).
+  """
   workload = workload_lib.Workload(steps=40_960, observation=observation)
   layout = packed_steps.Layout('packed', workload.spec)
   steps = workload_lib.make_steps(workload, 0, 40_960)
@@ -57,6 +65,7 @@ def measure(observation: str):
 
 
 def main():
+  """Prints the table for both streams."""
   zstd.require()
   print('stream   raw  snappy (Reverb)  zstd 1  zstd 3  zstd 9  inflate '
         'us/block')

@@ -148,7 +148,14 @@ def decode(blob: bytes, row_bytes: int, frame_bytes: int, *, codec: str,
 
 
 def container_header_bytes(groups: int) -> int:
-  """Bytes before the first group of a block's container of `groups`."""
+  """Bytes before the first group of a block's container.
+
+  Args:
+    groups: the container's groups.
+
+  Returns:
+    2 (the group count) + 4 per group (its end).
+  """
   return _GROUP_COUNT.size + 4 * groups
 
 
@@ -171,13 +178,27 @@ def _groups(blob: bytes) -> List[bytes]:
 
 
 def block_groups(block_length: int) -> int:
-  """zstd groups of a block of `block_length` cells."""
+  """zstd groups of a block.
+
+  Args:
+    block_length: cells per block.
+
+  Returns:
+    `ceil(block_length / GROUP_CELLS)`.
+  """
   return -(-block_length // GROUP_CELLS)
 
 
 def empty_group(row_bytes: int) -> bytes:
-  """A zstd group of `GROUP_CELLS` cells without frames and with zero rows
-  (what a window that needs fewer groups inflates in place of the rest)."""
+  """A zstd group of `GROUP_CELLS` cells without frames and with zero rows:
+  what a window that needs fewer groups inflates in place of the rest.
+
+  Args:
+    row_bytes: bytes of a packed row.
+
+  Returns:
+    The compressed group.
+  """
   return encode(np.zeros([GROUP_CELLS, row_bytes], np.uint8),
                 [np.zeros([0], np.uint8)] * GROUP_CELLS, codec='zstd')
 
