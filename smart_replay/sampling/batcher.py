@@ -24,9 +24,10 @@ the batcher when it stops answering (`source_down`: it gets no share of the
 next batches, and a batch waiting on it is drawn again from the others) and
 when it answers again (`source_up`: a new Reverb stream, in one of a few
 spare feeding slots, since a stream whose server died cannot be
-interrupted). A batch waits at most the timeout for its sources, then its
-iterator raises (naming the table and server), and the same iterator draws
-the next batch.
+interrupted; a new stream whose first call a restarting server refuses is
+dropped with a warning and tried again at the watcher's next round). A
+batch waits at most the timeout for its sources, then its iterator raises
+(naming the table and server), and the same iterator draws the next batch.
 
 Nothing grows or waits without bound: a feed takes a room token before it
 puts a chunk (a batch gives one back per chunk it takes), so it waits for
@@ -281,6 +282,9 @@ class Batcher:
     self._wake = _Queue([tf.int32], [[]], 1 << 20)
     # Tokens to start a stream of the current generation (-1: end a slot).
     self._starts = [_Queue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
+    # Tokens to start another stream of a watched source: one per watcher
+    # round at most (`tick`), and one per slot to end them (`close`).
+    self._retries = [_Queue([tf.int64], [[]], _SLOTS + 1) for _ in range(n)]
     self._generation = tf.Variable(tf.zeros([n], tf.int64), trainable=False)
     self._up = tf.Variable(tf.ones([n], tf.bool), trainable=False)
     start = [float(max(s.size or 1, 1)) for s in self._sources]
@@ -295,6 +299,7 @@ class Batcher:
     source, plan = self._sources[k], self._plan
     windows, c = self._windows[source.group], plan.chunk_windows
     queue, wake, room = self._queues[k], self._wake, self._rooms[k]
+    retry = self._retries[k]
     generation = self._generation
 
     closed = self._closed
@@ -324,7 +329,20 @@ class Batcher:
       def one(_):
         return windows.chunks(items, c).take_while(current).map(
             put).concatenate(tf.data.Dataset.range(1).map(tick))
-      return tf.data.Dataset.range(2**62).take_while(current).flat_map(one)
+      if not source.watched:
+        return tf.data.Dataset.range(2**62).take_while(current).flat_map(one)
+      # A server that restarts can refuse a new stream's first call (Reverb
+      # asks it for the table's signature; a server shutting down answers
+      # UNAVAILABLE, a Reverb stream retries everything after that itself):
+      # that stream is dropped with a warning, and each next one waits for a
+      # retry token, which the watcher gives at most one of per round.
+      def retried(attempt: tf.Tensor) -> tf.Tensor:
+        with tf.control_dependencies(retry.dequeue()):
+          return tf.identity(attempt)
+      attempts = tf.data.Dataset.range(1).concatenate(
+          tf.data.Dataset.range(1, 2**62).map(retried))
+      return attempts.take_while(current).flat_map(one).ignore_errors(
+          log_warning=True)
 
     if not source.watched:
       return streams(tf.constant(0, tf.int64))
@@ -544,10 +562,15 @@ class Batcher:
       self._wake_up(k)
 
   def tick(self) -> None:
-    """Wakes a batch that waits, so it can check its timeout."""
+    """Wakes a batch that waits, so it can check its timeout; lets each
+    watched source start one more stream (after one its server refused)."""
     if len(self._sources) > 1:
       with self._lock:
         self._wake_up(-1)
+        if not bool(self._closed.numpy()):
+          for k, source in enumerate(self._sources):
+            if source.watched and int(self._retries[k].size()) == 0:
+              self._retries[k].enqueue([tf.constant(0, tf.int64)])
 
   def _wake_up(self, k: int) -> None:
     """Wakes a waiting batch, unless wakes are already waiting for it (a
@@ -568,9 +591,10 @@ class Batcher:
         return
       self._wake.enqueue([-1])  # A waiting batch raises (room: _WAKES).
       for k, source in enumerate(self._sources):
-        if source.watched:  # Every idle slot ends (room: 4 * _SLOTS).
-          for _ in range(_SLOTS):
+        if source.watched:  # Every idle slot ends (room: 4 * _SLOTS), and
+          for _ in range(_SLOTS):  # every retrying one (room: _SLOTS + 1).
             self._starts[k].enqueue([tf.constant(-1, tf.int64)])
+            self._retries[k].enqueue([tf.constant(0, tf.int64)])
       for room in self._rooms:  # A feed waiting for room puts nothing,
         room.enqueue_many(        # and its stream ends.
             [tf.zeros([_SLOTS + 1], tf.int32)])
