@@ -40,12 +40,12 @@ dataset once per learner, not per step.
 
 import dataclasses
 import threading
-import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import reverb
 import tensorflow as tf
 
+from smart_replay.sampling import lasting_queue
 from smart_replay.sampling import sources as sources_lib
 from smart_replay.sampling import windows as windows_lib
 from smart_replay.utils import checks
@@ -115,54 +115,6 @@ class Drawn(NamedTuple):
   shard: Any
   probability: Any
   size: Any
-
-
-class _Queue:
-  """A TensorFlow FIFO queue that is never destroyed (raw ops, a unique
-  shared name, no deleter).
-
-  A `tf.queue.FIFOQueue` is destroyed with its Python object, which at
-  interpreter exit may happen before a `tf.data` iterator blocked in it is
-  destroyed: cancelling that blocked op then crashed the process (seen:
-  SIGSEGV in `QueueBase::Cancel` from `~IteratorResource`). These queues
-  live as long as the process.
-
-  Args:
-    dtypes: the components' dtypes.
-    shapes: the components' shapes.
-    capacity: elements it holds.
-  """
-
-  def __init__(self, dtypes: Sequence[tf.DType],
-               shapes: Sequence[Any], capacity: int):
-    self._dtypes = list(dtypes)
-    self.handle = tf.raw_ops.FIFOQueueV2(
-        component_types=self._dtypes, shapes=list(shapes), capacity=capacity,
-        container='', shared_name=f'smart_replay_queue_{uuid.uuid4().hex}')
-
-  def enqueue(self, components: Sequence[Any]) -> tf.Operation:
-    """Adds one element (waits while full)."""
-    return tf.raw_ops.QueueEnqueueV2(handle=self.handle,
-                                     components=list(components))
-
-  def dequeue(self) -> List[tf.Tensor]:
-    """Takes one element (waits while empty)."""
-    return tf.raw_ops.QueueDequeueV2(handle=self.handle,
-                                     component_types=self._dtypes)
-
-  def dequeue_many(self, n: Any) -> List[tf.Tensor]:
-    """Takes `n` elements, stacked (waits until there are `n`)."""
-    return tf.raw_ops.QueueDequeueManyV2(handle=self.handle, n=n,
-                                         component_types=self._dtypes)
-
-  def size(self) -> tf.Tensor:
-    """Elements it holds now."""
-    return tf.raw_ops.QueueSizeV2(handle=self.handle)
-
-  def enqueue_many(self, components: Sequence[Any]) -> tf.Operation:
-    """Adds the elements stacked in `components` (waits while full)."""
-    return tf.raw_ops.QueueEnqueueManyV2(handle=self.handle,
-                                         components=list(components))
 
 
 def _pack_info(info: Any) -> tf.Tensor:
@@ -272,19 +224,19 @@ class Batcher:
     # one back per chunk it takes: a feed waits for room in `_rooms`, never
     # in a chunk queue, and close() wakes it there (no queue is ever
     # closed or drained under a consumer).
-    self._queues = [_Queue(dtypes, shapes, _DEPTH) for _ in range(n)]
-    self._rooms = [_Queue([tf.int32], [[]], _ROOMS) for _ in range(n)]
+    self._queues = [lasting_queue.LastingQueue(dtypes, shapes, _DEPTH) for _ in range(n)]
+    self._rooms = [lasting_queue.LastingQueue([tf.int32], [[]], _ROOMS) for _ in range(n)]
     for room in self._rooms:
       room.enqueue_many([tf.zeros([_DEPTH], tf.int32)])
     self._carry = [[tf.Variable(tf.zeros([0] + s.shape[1:], s.dtype),
                                 shape=[None] + s.shape[1:], trainable=False)
                     for s in self._flat_spec] for _ in range(n)]
-    self._wake = _Queue([tf.int32], [[]], 1 << 20)
+    self._wake = lasting_queue.LastingQueue([tf.int32], [[]], 1 << 20)
     # Tokens to start a stream of the current generation (-1: end a slot).
-    self._starts = [_Queue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
+    self._starts = [lasting_queue.LastingQueue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
     # Tokens to start another stream of a watched source: one per watcher
     # round at most (`tick`), and one per slot to end them (`close`).
-    self._retries = [_Queue([tf.int64], [[]], _SLOTS + 1) for _ in range(n)]
+    self._retries = [lasting_queue.LastingQueue([tf.int64], [[]], _SLOTS + 1) for _ in range(n)]
     self._generation = tf.Variable(tf.zeros([n], tf.int64), trainable=False)
     self._up = tf.Variable(tf.ones([n], tf.bool), trainable=False)
     start = [float(max(s.size or 1, 1)) for s in self._sources]
