@@ -162,12 +162,12 @@ def format_table(results: Dict[str, Any]) -> str:
     memory = sides[name]['memory']
     curve = memory['curve']
     sizes = curve['sizes']
-    marginal = curve.get('marginal_bytes_per_step', [])
+    marginal = curve['marginal_bytes_per_step']
     lines.append(f'  {name:16s} ' + ', '.join(
         f'{a:,}-{b:,}: {value:,.0f}'
         for a, b, value in zip(sizes, sizes[1:], marginal)) +
                  f"; 1M: {memory['projected_1m_steps_bytes'] / 1e9:.2f} GB, "
-                 f"10M: {memory.get('projected_10m_steps_bytes', 0) / 1e9:.1f}"
+                 f"10M: {memory['projected_10m_steps_bytes'] / 1e9:.1f}"
                  ' GB')
   return '\n'.join(lines)
 

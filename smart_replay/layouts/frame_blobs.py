@@ -63,12 +63,6 @@ def _raw(rows: np.ndarray, frames: Sequence[np.ndarray]) -> bytes:
   return b''.join(parts)
 
 
-def _zstd(raws: Sequence[bytes], level: int) -> List[bytes]:
-  """zstd frames (content size and checksum recorded) of `raws`, by the op
-  library that inflates them."""
-  return [zstd.compress(raw, level=level) for raw in raws]
-
-
 def encode(rows: np.ndarray, frames: Sequence[np.ndarray], *,
            codec: str) -> bytes:
   """One cell (or group of consecutive cells), compressed.
@@ -87,7 +81,7 @@ def encode(rows: np.ndarray, frames: Sequence[np.ndarray], *,
   """
   raw = _raw(rows, frames)
   if codec == 'zstd':
-    return _zstd([raw], ZSTD_LEVEL)[0]
+    return zstd.compress(raw, level=ZSTD_LEVEL)
   return zlib.compress(raw, ZLIB_LEVEL)
 
 
@@ -229,7 +223,9 @@ def encode_block(rows: np.ndarray, news: Sequence[np.ndarray], *,
   padded = np.zeros([cells, rows.shape[1]], np.uint8)
   padded[:len(rows)] = rows
   news += [empty] * (cells - len(news))
-  groups = _zstd([_raw(padded[g:g + GROUP_CELLS], news[g:g + GROUP_CELLS])
-                  for g in range(0, cells, GROUP_CELLS)], BLOCK_ZSTD_LEVEL)
+  groups = [zstd.compress(_raw(padded[g:g + GROUP_CELLS],
+                               news[g:g + GROUP_CELLS]),
+                          level=BLOCK_ZSTD_LEVEL)
+            for g in range(0, cells, GROUP_CELLS)]
   ends = np.cumsum([len(g) for g in groups]).astype('<u4')
   return b''.join([_GROUP_COUNT.pack(len(groups)), ends.tobytes()] + groups)

@@ -283,6 +283,13 @@ def encode_block(rows: np.ndarray, frames: np.ndarray, count: int, *,
   return frame_blobs.encode_block(rows, news, codec=codec)
 
 
+def _holds_frames(depth: int, others: Sequence[int]) -> bool:
+  """Whether an axis of `depth` beside dimensions `others` looks like a
+  stack of frames: 2 to 16 of them, each at least 8 by 8 and larger than
+  the stack."""
+  return 2 <= depth <= 16 and min(others) >= 8 and depth < min(others)
+
+
 def detect_frame_stack(data_spec: Any) -> Optional[FrameStack]:
   """The stacked pixel field of a spec, found by its shape, or None.
 
@@ -305,10 +312,8 @@ def detect_frame_stack(data_spec: Any) -> Optional[FrameStack]:
     if (len(shape) < 3 or any(d is None for d in shape) or
         tf.as_dtype(leaf.dtype) != tf.uint8):
       continue
-    def stacked(depth, others):
-      return 2 <= depth <= 16 and min(others) >= 8 and depth < min(others)
-    last = stacked(shape[-1], shape[:-1]) and shape[-1] != 3
-    first = stacked(shape[0], shape[1:])
+    last = _holds_frames(shape[-1], shape[:-1]) and shape[-1] != 3
+    first = _holds_frames(shape[0], shape[1:])
     if last != first:
       found = FrameStack(leaf.path, axis=-1 if last else 0)
       logging.info(

@@ -125,11 +125,13 @@ def _starts(count: tf.Tensor, windows_per_item: int) -> tf.Tensor:
   return tf.cast(bits % count[..., None], tf.int32)
 
 
-def _window_info(info: Any) -> Any:
-  """A block's sample info as its windows': the probability of one window
-  (the block's over the windows it holds, its priority)."""
-  return info._replace(probability=info.probability /
+def _windows_info(info: Any, windows_per_item: int) -> Any:
+  """Sampled blocks' info `[blocks]` as their windows' `[blocks *
+  windows_per_item]`, block by block: the probability of one window (the
+  block's over the windows it holds, its priority)."""
+  info = info._replace(probability=info.probability /
                        tf.cast(info.priority, tf.float64))
+  return tf.nest.map_structure(lambda t: tf.repeat(t, windows_per_item), info)
 
 
 def cut_windows(length: int, windows_per_item: int
@@ -159,10 +161,8 @@ def cut_windows(length: int, windows_per_item: int
     rows = -1 if blocks.shape[0] is None else blocks.shape[0] * (
         windows_per_item)  # Static when whole batches of blocks are taken.
     data = tf.reshape(windows, [rows, length, blocks.shape[-1]])
-    info = _window_info(sample.info)
     return reverb.ReplaySample(
-        info=tf.nest.map_structure(
-            lambda t: tf.repeat(t, windows_per_item), info), data=data)
+        info=_windows_info(sample.info, windows_per_item), data=data)
   return cut
 
 
@@ -190,8 +190,9 @@ def cut_blob_windows(length: int, windows_per_item: int, block_length: int,
                      windows_per_item)
     data = cut_block(sample.data[0], block_length, starts, length)
     return reverb.ReplaySample(
-        info=tf.nest.map_structure(lambda t: tf.fill([windows_per_item], t),
-                                   _window_info(sample.info)), data=data)
+        info=_windows_info(tf.nest.map_structure(lambda t: t[None],
+                                                 sample.info),
+                           windows_per_item), data=data)
   return cut
 
 
@@ -220,9 +221,7 @@ def cut_blob_batches(length: int, windows_per_item: int, block_length: int,
                      windows_per_item)
     data = cut_blocks(sample.data[:, 0], block_length, starts, length)
     return reverb.ReplaySample(
-        info=tf.nest.map_structure(
-            lambda t: tf.repeat(t, windows_per_item),
-            _window_info(sample.info)), data=data)
+        info=_windows_info(sample.info, windows_per_item), data=data)
   return cut
 
 

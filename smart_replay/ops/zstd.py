@@ -171,7 +171,7 @@ def compress(data: bytes, *, level: int = DEFAULT_LEVEL) -> bytes:
   if size < 0:
     raise ValueError(f'zstd could not compress {len(data)} bytes at level '
                      f'{level!r} (is it within zstd\'s range, -131072..22?).')
-  return out.raw[:size]
+  return ctypes.string_at(out, size)  # Only the frame is copied.
 
 
 def decode_cells(blobs: Any, *, cells: int, row_bytes: int, frame_bytes: int,

@@ -70,6 +70,21 @@ struct CCtxDeleter {
 };
 
 constexpr int64_t kDefaultMaxSize = int64_t{64} << 20;  // 64 MiB.
+
+// Sets `cctx` to make our frames: `level`, the content size and a checksum
+// recorded. Returns the first zstd error, or 0.
+size_t MakeOurFrames(ZSTD_CCtx* cctx, int level) {
+  const ZSTD_cParameter parameters[] = {ZSTD_c_compressionLevel,
+                                        ZSTD_c_contentSizeFlag,
+                                        ZSTD_c_checksumFlag};
+  const int values[] = {level, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    const size_t result = ZSTD_CCtx_setParameter(cctx, parameters[i],
+                                                 values[i]);
+    if (ZSTD_isError(result)) return result;
+  }
+  return 0;
+}
 constexpr uint64_t kBlockSizeMax = uint64_t{128} << 10;  // ZSTD_BLOCKSIZE_MAX.
 
 }  // namespace
@@ -413,16 +428,8 @@ class ZstdEncodeOp : public OpKernel {
     OP_REQUIRES(context, cctx != nullptr,
                 ::tensorflow::errors::ResourceExhausted(
                     "ZSTD_createCCtx failed (out of memory)"));
-    OP_REQUIRES_OK(context, Check(ZSTD_CCtx_setParameter(
-                                      cctx.get(), ZSTD_c_compressionLevel,
-                                      level_),
-                                  "setting the level"));
-    OP_REQUIRES_OK(context, Check(ZSTD_CCtx_setParameter(
-                                      cctx.get(), ZSTD_c_contentSizeFlag, 1),
-                                  "setting the content size flag"));
-    OP_REQUIRES_OK(context, Check(ZSTD_CCtx_setParameter(
-                                      cctx.get(), ZSTD_c_checksumFlag, 1),
-                                  "setting the checksum flag"));
+    OP_REQUIRES_OK(context, Check(MakeOurFrames(cctx.get(), level_),
+                                  "setting the level and frame flags"));
 
     std::vector<char> scratch;  // Reused: one bound-sized buffer per call.
     for (int64_t i = 0; i < n; ++i) {
@@ -483,14 +490,7 @@ extern "C" int64_t smart_replay_zstd_compress(const void* source, size_t size,
   size_t result = ZSTD_CCtx_reset(cctx.get(),
                                   ZSTD_reset_session_and_parameters);
   if (!ZSTD_isError(result)) {
-    result = ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel,
-                                    level);
-  }
-  if (!ZSTD_isError(result)) {
-    result = ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
-  }
-  if (!ZSTD_isError(result)) {
-    result = ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
+    result = smart_replay::MakeOurFrames(cctx.get(), level);
   }
   if (!ZSTD_isError(result)) {
     result = ZSTD_compress2(cctx.get(), destination, capacity, source, size);
@@ -502,7 +502,3 @@ extern "C" int64_t smart_replay_zstd_compress(const void* source, size_t size,
 extern "C" size_t smart_replay_zstd_compress_bound(size_t size) {
   return ZSTD_compressBound(size);
 }
-
-namespace smart_replay {
-
-}  // namespace smart_replay

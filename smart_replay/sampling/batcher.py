@@ -224,19 +224,20 @@ class Batcher:
     # one back per chunk it takes: a feed waits for room in `_rooms`, never
     # in a chunk queue, and close() wakes it there (no queue is ever
     # closed or drained under a consumer).
-    self._queues = [lasting_queue.LastingQueue(dtypes, shapes, _DEPTH) for _ in range(n)]
-    self._rooms = [lasting_queue.LastingQueue([tf.int32], [[]], _ROOMS) for _ in range(n)]
+    queue = lasting_queue.LastingQueue
+    self._queues = [queue(dtypes, shapes, _DEPTH) for _ in range(n)]
+    self._rooms = [queue([tf.int32], [[]], _ROOMS) for _ in range(n)]
     for room in self._rooms:
       room.enqueue_many([tf.zeros([_DEPTH], tf.int32)])
     self._carry = [[tf.Variable(tf.zeros([0] + s.shape[1:], s.dtype),
                                 shape=[None] + s.shape[1:], trainable=False)
                     for s in self._flat_spec] for _ in range(n)]
-    self._wake = lasting_queue.LastingQueue([tf.int32], [[]], 1 << 20)
+    self._wake = queue([tf.int32], [[]], 1 << 20)
     # Tokens to start a stream of the current generation (-1: end a slot).
-    self._starts = [lasting_queue.LastingQueue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
+    self._starts = [queue([tf.int64], [[]], 4 * _SLOTS) for _ in range(n)]
     # Tokens to start another stream of a watched source: one per watcher
     # round at most (`tick`), and one per slot to end them (`close`).
-    self._retries = [lasting_queue.LastingQueue([tf.int64], [[]], _SLOTS + 1) for _ in range(n)]
+    self._retries = [queue([tf.int64], [[]], _SLOTS + 1) for _ in range(n)]
     self._generation = tf.Variable(tf.zeros([n], tf.int64), trainable=False)
     self._up = tf.Variable(tf.ones([n], tf.bool), trainable=False)
     start = [float(max(s.size or 1, 1)) for s in self._sources]

@@ -165,14 +165,17 @@ class Windows:
       data = tf.nest.map_structure(
           lambda t: tf.reshape(t, [-1, steps] + t.shape[2:].as_list()), data)
       info = tf.nest.map_structure(lambda t: tf.repeat(t, pieces), info)
-    return Window(data, info, tf.ones([tf.shape(info.key)[0], steps],
+    return self._whole(data, info)
+
+  def _whole(self, data: Any, info: Any) -> Window:
+    """Windows of `num_steps` stored steps each (none padded)."""
+    return Window(data, info, tf.ones([tf.shape(info.key)[0], self.num_steps],
                                       tf.bool))
 
   def _cut(self, chunk: reverb.ReplaySample) -> Window:
     """A chunk of packed blocks as their windows (one gather)."""
     cut = packed_items.cut_windows(self.num_steps, self.per_item)(chunk)
-    return Window(cut.data, cut.info, tf.ones(
-        [tf.shape(cut.info.key)[0], self.num_steps], tf.bool))
+    return self._whole(cut.data, cut.info)
 
   def _cut_blob(self, sample: reverb.ReplaySample) -> reverb.ReplaySample:
     """One frame-stacked block as its windows, rebuilt."""
@@ -185,12 +188,10 @@ class Windows:
     cut = packed_items.cut_blob_batches(
         self.num_steps, self.per_item, self.table.block_length,
         self._layout.cut_blocks)(chunk)
-    return Window(cut.data, cut.info, tf.ones(
-        [tf.shape(cut.info.key)[0], self.num_steps], tf.bool))
+    return self._whole(cut.data, cut.info)
 
   def _merge(self, chunk: reverb.ReplaySample) -> Window:
     """`[items, windows, ...]` of cut blocks as `[items * windows, ...]`."""
     flat = tf.nest.map_structure(
         lambda t: tf.reshape(t, [-1] + t.shape[2:].as_list()), chunk)
-    return Window(flat.data, flat.info, tf.ones(
-        [tf.shape(flat.info.key)[0], self.num_steps], tf.bool))
+    return self._whole(flat.data, flat.info)
