@@ -1,34 +1,65 @@
-"""Compiles the zstd TensorFlow op (`zstd_ops.cc`) into `_zstd_ops.so`.
+"""Builds the zstd TensorFlow op (`zstd_ops.cc` + zstd) into `_zstd_ops.so`.
 
-`build()` runs g++ with TensorFlow's own compile and link flags
-(`tf.sysconfig`), `-O2 -fPIC -shared` and `-lzstd`, and writes the library
-next to `zstd.py` (where `smart_replay.ops.zstd` loads it) unless told
-otherwise. It compiles only when the library is missing or older than the
-source, and replaces it atomically, so a process loading it never sees half a
-file. `python -m smart_replay.ops.build` (what `make ops` runs) builds it.
+Only a C++ compiler is needed: zstd itself is compiled from the source the
+`zstandard` distribution carries (`zstd_source`), so no system zstd is used.
+`build(output)` compiles zstd's `zstd.c` (as C) and `zstd_ops.cc` (with
+TensorFlow's own flags, `tf.sysconfig`) at once on two cores, links them
+with zstd's symbols hidden, and renames the library into place, so a process
+loading it never sees half a file. Beside it, `<library>.key` records what it
+was built from (`library_key()`: TensorFlow's version and a hash of the
+sources and flags).
 
-Needs a C++17 compiler (`apt-get install g++`) and the zstd headers and
-library (`apt-get install libzstd-dev`); an error names whichever is missing.
+`ensure_built()` is what a process that needs the op calls (the pattern of
+PyTorch's `cpp_extension.load`): the library lives in a per-user cache,
+`<cache>/ops/<key>/_zstd_ops.so`, built there the first time (one log line
+says so), under a file lock so that processes starting at once build it once,
+and reused afterwards. The cache is `$SMART_REPLAY_CACHE_DIR`, else
+`$XDG_CACHE_HOME/smart_replay`, else `~/.cache/smart_replay`; it must be the
+user's own and writable by nobody else (a library loaded from it runs as the
+user), and links in it are never followed.
+
+`python -m smart_replay.ops.build` (what `make ops` runs) builds the cached
+library now; `--output=PATH` builds one library at PATH instead (Bazel's
+genrule), `--force` builds again.
 """
 
+import fcntl
+import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional
+import time
+from typing import List, Optional, Sequence
+
+from absl import flags
+from absl import logging
 
 from smart_replay import errors
+from smart_replay.ops import zstd_source
 
 SOURCE_NAME = 'zstd_ops.cc'
 LIBRARY_NAME = '_zstd_ops.so'
+KEY_SUFFIX = '.key'
+CACHE_ENV = 'SMART_REPLAY_CACHE_DIR'
+# Bump when the commands below change what they produce.
+RECIPE = 'zstd.c+op.cc -O2 -fPIC hidden-zstd v1'
+DEFAULT_LOCK_TIMEOUT_S = 900.0
+COMPILE_TIMEOUT_S = 600.0
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_ZSTD_HINT = ('the zstd headers and library are missing: apt-get install '
-              'libzstd-dev')
+# zstd's own symbols stay inside the library (another zstd loaded in the
+# process, TensorFlow's or a Python module's, is never mixed with ours).
+_HIDDEN = '__attribute__((visibility("hidden")))'
+ZSTD_DEFINES = [f'-D{macro}={_HIDDEN}' for macro in (
+    'ZSTDLIB_VISIBLE', 'ZSTDERRORLIB_VISIBLE', 'ZDICTLIB_VISIBLE')]
+_COMPILER_HINT = ('install a C++ compiler (Debian/Ubuntu: apt-get install '
+                  'g++), or name one with compiler= or $CXX')
 
 
 class OpBuildError(errors.SmartReplayError, RuntimeError):
-  """The zstd op could not be compiled; the message names the cause."""
+  """The zstd op could not be built; the message names the cause."""
 
 
 def source_path() -> str:
@@ -36,144 +67,345 @@ def source_path() -> str:
   return os.path.join(_HERE, SOURCE_NAME)
 
 
-def library_path(output_dir: Optional[str] = None) -> str:
-  """Returns where `build(output_dir)` writes `_zstd_ops.so`.
+def key_path(library: str) -> str:
+  """Returns the path of the key file written beside `library`."""
+  return library + KEY_SUFFIX
+
+
+def library_key(tf_version: Optional[str] = None) -> str:
+  """What a library must have been built from to be used in this process.
 
   Args:
-    output_dir: the directory; None for this package's directory.
+    tf_version: TensorFlow's version; None: the installed one's.
 
   Returns:
-    The library's path.
+    `tf<version>-<16 hex digits>`: the digits hash the op's source, zstd's
+    source distribution and the build recipe.
   """
-  return os.path.join(output_dir or _HERE, LIBRARY_NAME)
+  if tf_version is None:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf_version = tf.__version__
+  digest = hashlib.sha256()
+  with open(source_path(), 'rb') as f:
+    digest.update(f.read())
+  digest.update(f'\0{zstd_source.SOURCE_ID}\0{zstd_source.SHA256}\0{RECIPE}'
+                .encode())
+  return f'tf{tf_version}-{digest.hexdigest()[:16]}'
 
 
-def is_up_to_date(output_dir: Optional[str] = None) -> bool:
-  """Whether the library exists and is not older than its source.
-
-  Args:
-    output_dir: as for `build`.
-
-  Returns:
-    True if `build(output_dir)` would not compile.
-  """
-  library = library_path(output_dir)
-  return (os.path.exists(library) and
-          os.path.getmtime(library) >= os.path.getmtime(source_path()))
+def read_key(library: str) -> Optional[str]:
+  """Returns the key recorded beside `library`, or None if there is none."""
+  try:
+    with open(key_path(library)) as f:
+      return f.read().strip()
+  except OSError:
+    return None
 
 
-def compile_command(output: str, compiler: str = 'g++') -> List[str]:
-  """Returns the compiler command line that builds the op into `output`.
-
-  Args:
-    output: the path of the shared library to write.
-    compiler: the C++ compiler to run.
-
-  Returns:
-    The argument list, TensorFlow's flags included.
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return ([compiler, '-shared', '-fPIC', '-O2', source_path(), '-o', output] +
-          list(tf.sysconfig.get_compile_flags()) +
-          list(tf.sysconfig.get_link_flags()) + ['-lzstd'])
+def default_compiler() -> str:
+  """Returns `$CXX` if set, else 'g++'."""
+  return os.environ.get('CXX') or 'g++'
 
 
-def _check_zstd_header(compiler: str) -> None:
-  """Raises OpBuildError if `compiler` cannot find `zstd.h`."""
-  probe = subprocess.run([compiler, '-E', '-x', 'c++', '-', '-o', os.devnull],
-                         input='#include <zstd.h>\n', capture_output=True,
-                         text=True, check=False)
-  if probe.returncode != 0:
-    raise OpBuildError(f'zstd.h not found by {compiler}: {_ZSTD_HINT}. '
-                       f'({probe.stderr.strip()[:300]})')
-
-
-def build(output_dir: Optional[str] = None, *, compiler: str = 'g++',
-          force: bool = False) -> str:
-  """Compiles `zstd_ops.cc` into `_zstd_ops.so` unless it is up to date.
+def checked_compiler(compiler: Optional[str] = None) -> str:
+  """Returns `compiler` (None: `default_compiler()`) if it can be run.
 
   Args:
-    output_dir: where to write the library; None for this package's
-      directory, where `smart_replay.ops.zstd` loads it from.
-    compiler: the C++ compiler (a name on PATH or a path).
-    force: compile even if the library is newer than the source (after a
-      TensorFlow upgrade, say).
+    compiler: a C++ compiler's name on PATH or its path, or None.
 
   Returns:
-    The path of the library.
+    The compiler.
 
   Raises:
-    OpBuildError: the compiler or zstd (headers, library) is missing, or
-      compiling failed; the message names what to install or the compiler's
-      error.
+    ValueError: `compiler` is not a non-empty string.
+    OpBuildError: it is not found; says what to install.
   """
+  compiler = default_compiler() if compiler is None else compiler
   if not isinstance(compiler, str) or not compiler:
     raise ValueError(f'compiler must be a non-empty string, got {compiler!r}')
-  if output_dir is not None and not os.path.isdir(output_dir):
-    raise ValueError(f'output_dir must be an existing directory, got '
-                     f'{output_dir!r}')
-  library = library_path(output_dir)
-  if not os.path.exists(source_path()):
-    if os.path.exists(library) and not force:  # Built, shipped without it.
-      return library
-    raise OpBuildError(f'the op source {source_path()} is missing')
-  if not force and is_up_to_date(output_dir):
-    return library
   if shutil.which(compiler) is None:
-    raise OpBuildError(f'C++ compiler {compiler!r} not found on PATH: '
-                       'apt-get install g++ (or pass compiler=)')
-  _check_zstd_header(compiler)
+    raise OpBuildError(f'no C++ compiler: {compiler!r} is not on PATH; '
+                       f'{_COMPILER_HINT}.')
+  return compiler
 
-  # Compile to a temporary name beside the target, then rename over it.
-  handle, temporary = tempfile.mkstemp(
-      prefix='.' + LIBRARY_NAME + '.', suffix='.tmp',
-      dir=os.path.dirname(library))
-  os.close(handle)
+
+def compile_commands(output: str, *, zstd_dir: str, work_dir: str,
+                     compiler: str = 'g++') -> List[List[str]]:
+  """Returns the commands that build the op into `output`.
+
+  Args:
+    output: the shared library to write.
+    zstd_dir: a folder holding zstd's source (`zstd_source.FILES`).
+    work_dir: where the object files go.
+    compiler: the C++ compiler (it compiles zstd.c as C).
+
+  Returns:
+    `[compile zstd.c, compile zstd_ops.cc, link]`; the first two may run at
+    once.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  zstd_object = os.path.join(work_dir, 'zstd.o')
+  op_object = os.path.join(work_dir, 'zstd_ops.o')
+  common = ['-O2', '-fPIC', '-I' + zstd_dir] + ZSTD_DEFINES
+  return [
+      [compiler, '-x', 'c', '-std=gnu11', '-c',
+       os.path.join(zstd_dir, 'zstd.c'), '-o', zstd_object] + common,
+      [compiler, '-c', source_path(), '-o', op_object] + common +
+      list(tf.sysconfig.get_compile_flags()),
+      [compiler, '-shared', op_object, zstd_object, '-o', output] +
+      list(tf.sysconfig.get_link_flags()),
+  ]
+
+
+def _run_all(commands: Sequence[List[str]]) -> None:
+  """Runs `commands` at once; raises OpBuildError naming the first failure."""
+  running = [subprocess.Popen(c, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              stdin=subprocess.DEVNULL) for c in commands]
+  failures = []
   try:
-    result = subprocess.run(compile_command(temporary, compiler),
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-      output = (result.stderr or result.stdout).strip()
-      if 'cannot find -lzstd' in output:
-        raise OpBuildError(f'libzstd.so not found by the linker: {_ZSTD_HINT}')
-      raise OpBuildError(f'compiling {source_path()} failed '
-                         f'(exit {result.returncode}):\n{output[-4000:]}')
-    os.chmod(temporary, 0o755)
-    os.replace(temporary, library)
+    for command, process in zip(commands, running):
+      try:
+        output, _ = process.communicate(timeout=COMPILE_TIMEOUT_S)
+      except subprocess.TimeoutExpired:
+        failures.append(f'{command[0]} did not finish compiling within '
+                        f'{COMPILE_TIMEOUT_S:g} s')
+        continue
+      if process.returncode != 0:
+        failures.append(f'{" ".join(command[:6])} ... failed (exit '
+                        f'{process.returncode}):\n{output.strip()[-4000:]}')
   finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+    for process in running:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  if failures:
+    raise OpBuildError(f'building the zstd op failed: {failures[0]}')
+
+
+def build(output: str, *, zstd_dir: str, compiler: Optional[str] = None
+          ) -> str:
+  """Compiles the op into `output` (and its key into `output.key`).
+
+  Args:
+    output: the library's path; its folder must exist.
+    zstd_dir: a folder holding zstd's source (`zstd_source.fetch`).
+    compiler: the C++ compiler (a name on PATH or a path); None:
+      `default_compiler()`.
+
+  Returns:
+    `output`.
+
+  Raises:
+    OpBuildError: no compiler, zstd's source incomplete, or compiling
+      failed; the message names what to install or the compiler's error.
+  """
+  compiler = checked_compiler(compiler)
+  folder = os.path.dirname(os.path.abspath(output))
+  if not os.path.isdir(folder):
+    raise ValueError(f'output must be in an existing folder, got {output!r}')
+  if not zstd_source.is_complete(zstd_dir):
+    raise OpBuildError(f'{zstd_dir} does not hold zstd\'s source files '
+                       f'{zstd_source.FILES}')
+  key = library_key()
+  work = tempfile.mkdtemp(prefix='.' + LIBRARY_NAME + '.', dir=folder)
+  try:
+    temporary = os.path.join(work, LIBRARY_NAME)
+    commands = compile_commands(temporary, zstd_dir=zstd_dir, work_dir=work,
+                                compiler=compiler)
+    _run_all(commands[:2])
+    _run_all(commands[2:])
+    os.chmod(temporary, 0o755)
+    with open(os.path.join(work, 'key'), 'w') as f:
+      f.write(key + '\n')
+    # The key goes last: a library without its key is built again.
+    if os.path.exists(key_path(output)):
+      os.remove(key_path(output))
+    os.replace(temporary, output)
+    os.replace(os.path.join(work, 'key'), key_path(output))
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  return output
+
+
+def cache_root() -> str:
+  """Returns the per-user cache folder (see the module docstring)."""
+  chosen = os.environ.get(CACHE_ENV)
+  if chosen:
+    return os.path.abspath(chosen)
+  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(
+      os.path.expanduser('~'), '.cache')
+  return os.path.join(base, 'smart_replay')
+
+
+def _owned_folder(path: str) -> str:
+  """Creates `path` (0700) if missing; refuses one that is not safe.
+
+  Raises:
+    OpBuildError: `path` is a link, not a folder, not the user's, or
+      writable by group or others.
+  """
+  try:
+    os.mkdir(path, 0o700)
+  except FileExistsError:
+    pass
+  except OSError as e:
+    raise OpBuildError(f'cannot create the op cache folder {path}: {e}; set '
+                       f'${CACHE_ENV} to a folder of your own.') from e
+  info = os.lstat(path)
+  problem = None
+  if stat.S_ISLNK(info.st_mode):
+    problem = 'is a symbolic link'
+  elif not stat.S_ISDIR(info.st_mode):
+    problem = 'is not a folder'
+  elif info.st_uid != os.geteuid():
+    problem = f'belongs to uid {info.st_uid}, not to you ({os.geteuid()})'
+  elif info.st_mode & 0o022:
+    problem = (f'is writable by group or others (mode '
+               f'{stat.S_IMODE(info.st_mode):o})')
+  if problem:
+    raise OpBuildError(
+        f'refusing the op cache folder {path}: it {problem}, and a library '
+        f'loaded from it would run as you. Remove it, `chmod go-w` it, or set'
+        f' ${CACHE_ENV} to a folder of your own.')
+  return path
+
+
+def _cache_folders(root: str) -> str:
+  """Creates the cache root (parents as needed) and checks it; returns it."""
+  parent = os.path.dirname(root)
+  if not os.path.isdir(parent):
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+  return _owned_folder(root)
+
+
+class _BuildLock:
+  """An exclusive `flock` on `path`, waited for up to `timeout_s`."""
+
+  def __init__(self, path: str, timeout_s: float):
+    self._path = path
+    self._timeout_s = timeout_s
+    self._fd = None
+
+  def __enter__(self) -> '_BuildLock':
+    self._fd = os.open(self._path,
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
+    deadline = time.monotonic() + self._timeout_s
+    told = False
+    while True:
+      try:
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return self
+      except BlockingIOError:
+        if time.monotonic() >= deadline:
+          os.close(self._fd)
+          raise OpBuildError(
+              f'another process held the zstd op build lock {self._path} for'
+              f' {self._timeout_s:g} s; is a build stuck? (remove the lock '
+              'file if no build is running)') from None
+        if not told:
+          logging.warning('Waiting for another process that is building the '
+                          'zstd op (lock %s, up to %g s).', self._path,
+                          self._timeout_s)
+          told = True
+        time.sleep(0.2)
+
+  def __exit__(self, *exc_info) -> None:
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+
+
+def _usable(library: str, key: str) -> bool:
+  """Whether the cached `library` is complete, ours and of `key`."""
+  try:
+    info = os.lstat(library)
+  except FileNotFoundError:
+    return False
+  if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or
+      info.st_mode & 0o022):
+    raise OpBuildError(
+        f'refusing {library}: not a regular file of yours that only you can '
+        'write; remove it and it is built again.')
+  return read_key(library) == key
+
+
+def ensure_built(*, compiler: Optional[str] = None, force: bool = False,
+                 lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> str:
+  """Returns the cached library for this TensorFlow, building it if needed.
+
+  Args:
+    compiler: as for `build`.
+    force: build again even if a cached library is there.
+    lock_timeout_s: how long to wait for another process's build.
+
+  Returns:
+    The library's path, `<cache>/ops/<key>/_zstd_ops.so`.
+
+  Raises:
+    OpBuildError: the cache is not safe, zstd's source cannot be fetched, no
+      compiler, or compiling failed; the message says what to do.
+  """
+  key = library_key()
+  ops = _owned_folder(os.path.join(_cache_folders(cache_root()), 'ops'))
+  folder = _owned_folder(os.path.join(ops, key))
+  library = os.path.join(folder, LIBRARY_NAME)
+  if not force and _usable(library, key):
+    return library
+  with _BuildLock(os.path.join(ops, key + '.lock'), lock_timeout_s):
+    if not force and _usable(library, key):  # Built while we waited.
+      return library
+    compiler = checked_compiler(compiler)  # Before fetching anything.
+    sources = _owned_folder(os.path.join(cache_root(), 'sources'))
+    try:
+      zstd_dir = zstd_source.fetch(sources)
+    except zstd_source.SourceFetchError as e:
+      raise OpBuildError(str(e)) from e
+    started = time.monotonic()
+    # A warning, so that it shows by default: the caller waits a minute.
+    logging.warning('Building the zstd op for TensorFlow %s into %s (once '
+                    'for this TensorFlow and source; about a minute).',
+                    key.split('-')[0][2:], folder)
+    build(library, zstd_dir=zstd_dir, compiler=compiler)
+    logging.info('Built the zstd op in %.0f s.', time.monotonic() - started)
   return library
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  """Builds the op into this package; prints its path or the error.
+  """Builds the op; prints the library's path or the error.
 
   Args:
-    argv: command-line arguments; `--force` rebuilds an up-to-date library,
-      `--output_dir=DIR` writes it into DIR (Bazel's genrule) instead.
+    argv: command-line arguments: `--force` builds again,
+      `--output=PATH` builds one library at PATH (Bazel's genrule; zstd's
+      source from the cache) instead of the cached one.
 
   Returns:
     The exit status: 0 on success, 1 if the build failed, 2 for unknown
     arguments.
   """
   argv = sys.argv[1:] if argv is None else argv
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Before TF loads.
-  output_dir = None
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # Before TF loads.
+  output = None
   unknown = []
   for arg in argv:
-    if arg.startswith('--output_dir='):
-      output_dir = arg[len('--output_dir='):]
+    if arg.startswith('--output='):
+      output = arg[len('--output='):]
     elif arg != '--force':
       unknown.append(arg)
   if unknown:
     print(f'usage: python -m smart_replay.ops.build [--force] '
-          f'[--output_dir=DIR]; unknown arguments {unknown}',
-          file=sys.stderr)
+          f'[--output=PATH]; unknown arguments {unknown}', file=sys.stderr)
     return 2
+  flags.FLAGS.mark_as_parsed()  # absl logging without its warning about it.
+  logging.set_verbosity(logging.INFO)
   try:
-    path = build(output_dir, force='--force' in argv)
-  except (OpBuildError, ValueError) as e:
+    if output is None:
+      path = ensure_built(force='--force' in argv)
+    else:
+      sources = _owned_folder(os.path.join(_cache_folders(cache_root()),
+                                           'sources'))
+      path = build(output, zstd_dir=zstd_source.fetch(sources))
+  except (OpBuildError, zstd_source.SourceFetchError, ValueError) as e:
     print(f'smart_replay.ops.build: {e}', file=sys.stderr)
     return 1
   print(path)

@@ -12,11 +12,14 @@ decoded. `compress` makes the same frames from Python bytes, calling the
 library directly (no TensorFlow dispatch: the write path compresses one
 frame a step).
 
-The library `_zstd_ops.so` sits next to this file. It is loaded on first use
-(once; `tf.load_op_library` itself keeps loaded libraries), not on import.
-If it was not built, every call raises `ZstdOpMissingError`, which says how
-to build it; there is no fallback. `available()` asks without raising,
-`require()` fails early.
+The library `_zstd_ops.so` is loaded on first use (once; `tf.load_op_library`
+itself keeps loaded libraries), not on import: a prebuilt one beside this
+file if its key matches this TensorFlow and source (Bazel builds it so), else
+the per-user cached one, which `build.ensure_built()` compiles the first time
+(about a minute, one log line; only a C++ compiler is needed). Where it cannot
+be built (no compiler), every call raises `ZstdOpMissingError`, which says
+why and what to install; there is no fallback. `available()` asks without
+raising, `require()` fails early.
 """
 
 import ctypes
@@ -24,17 +27,21 @@ import numbers
 import os
 from typing import Any, Optional
 
-from smart_replay import errors
+from absl import logging
 
-LIBRARY_NAME = '_zstd_ops.so'
+from smart_replay import errors
+from smart_replay.ops import build
+
+LIBRARY_NAME = build.LIBRARY_NAME
 DEFAULT_MAX_SIZE = 64 << 20  # 64 MiB, the op's default.
 DEFAULT_LEVEL = 3
-_BUILD_HINT = ('Build it with `make ops` (which runs `python -m '
-               'smart_replay.ops.build`); it needs g++ and the zstd headers: '
-               'apt-get install g++ libzstd-dev.')
+_BUILD_HINT = ('It is built on first use, or by `make ops` (`python -m '
+               'smart_replay.ops.build`); that needs only a C++ compiler '
+               '(apt-get install g++).')
 
-# The loaded op module, once `_load` succeeded.
+# The loaded op module and its path, once `_load` succeeded.
 _module: Optional[Any] = None
+_path: Optional[str] = None
 # The same library through ctypes (`compress`), once loaded.
 _library: Optional[ctypes.CDLL] = None
 
@@ -43,36 +50,64 @@ class ZstdOpMissingError(errors.SmartReplayError, ImportError):
   """The zstd op library is not built (or not loadable); says how to build."""
 
 
-def library_path() -> str:
-  """Returns the path the op library is loaded from."""
+def prebuilt_path() -> str:
+  """Returns where a prebuilt library beside this module would be."""
   return os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       LIBRARY_NAME)
+
+
+def library_path() -> str:
+  """Returns the library this process loads, building it first if needed.
+
+  A prebuilt library beside this module is used when its key file matches
+  `build.library_key()`; otherwise the per-user cached one
+  (`build.ensure_built()`).
+
+  Returns:
+    The library's path.
+
+  Raises:
+    ZstdOpMissingError: it is not prebuilt and cannot be built here; the
+      message names the cause.
+  """
+  prebuilt = prebuilt_path()
+  if os.path.exists(prebuilt):
+    recorded, key = build.read_key(prebuilt), build.library_key()
+    if recorded == key:
+      return prebuilt
+    logging.log_first_n(
+        logging.WARNING, 'Not loading %s: it was built from %s, not %s '
+        '(this TensorFlow and source); using the cached build instead.', 1,
+        prebuilt, recorded or 'an unknown source (no key file)', key)
+  try:
+    return build.ensure_built()
+  except build.OpBuildError as e:
+    raise ZstdOpMissingError(
+        f'The zstd TensorFlow op is not built and could not be built here: '
+        f'{e} {_BUILD_HINT}') from e
 
 
 def _load() -> Any:
   """Loads the op library once and returns its module.
 
   Raises:
-    ZstdOpMissingError: the library is missing or TensorFlow refuses it.
+    ZstdOpMissingError: the library cannot be built, or TensorFlow refuses
+      it.
   """
-  global _module
+  global _module, _path
   if _module is not None:
     return _module
   path = library_path()
-  if not os.path.exists(path):
-    raise ZstdOpMissingError(
-        f'The zstd TensorFlow op is not built: {path} is missing. '
-        f'{_BUILD_HINT}')
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     module = tf.load_op_library(path)
   except (tf.errors.NotFoundError, OSError) as e:
-    # An undefined symbol: built against another TensorFlow or zstd.
+    # An undefined symbol: built against another TensorFlow.
     raise ZstdOpMissingError(
-        f'The zstd TensorFlow op at {path} does not load ({e}); rebuild it '
-        f'for this TensorFlow {tf.__version__}: python -m '
-        f'smart_replay.ops.build --force. {_BUILD_HINT}') from e
-  _module = module
+        f'The zstd TensorFlow op at {path} does not load ({e}); build it '
+        f'again for this TensorFlow {tf.__version__}: python -m '
+        f'smart_replay.ops.build --force.') from e
+  _module, _path = module, path
   return module
 
 
@@ -155,7 +190,7 @@ def compress(data: bytes, *, level: int = DEFAULT_LEVEL) -> bytes:
   _check_level(level)
   if _library is None:
     _load()
-    library = ctypes.CDLL(library_path())  # Already loaded: the same copy.
+    library = ctypes.CDLL(_path)  # Already loaded: the same copy.
     library.smart_replay_zstd_compress.restype = ctypes.c_int64
     library.smart_replay_zstd_compress.argtypes = [
         ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,

@@ -213,17 +213,23 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
 
 
 # A compiled TensorFlow op: `<folder>/<name>.cc` is built into
-# `_<name>.so` beside it by that folder's `build.py` (the project's own
-# build, `make ops`), run on the virtualenv's Python; the module that loads
-# the library (it names `_<name>.so`) gets it as data.
+# `_<name>.so` (and its key file) beside it by that folder's `build.py`, run
+# on the virtualenv's Python; the module that loads the library (it names
+# `_<name>.so`) gets it as data. Local (unsandboxed): zstd's source comes
+# from the user's cache, fetched there with pip the first time.
 OP_RULE = '''genrule(
     name = "{stem}_so",
     srcs = [
         "build.py",
+        "zstd_source.py",
         "{stem}.cc",
     ],
-    outs = ["_{stem}.so"],
-    cmd = "$(location //tools/python:venv_python3.sh) $(location build.py) --output_dir=$(@D)",
+    outs = [
+        "_{stem}.so",
+        "_{stem}.so.key",
+    ],
+    cmd = "$(location //tools/python:venv_python3.sh) $(location build.py) --output=$(@D)/_{stem}.so",
+    local = 1,
     tools = ["//tools/python:venv_python3.sh"],
 )
 '''
@@ -266,7 +272,8 @@ def build_files(root: str) -> Dict[str, str]:
       for stem in _ops(root, folder):
         if os.path.basename(path) == 'build.py':  # It compiles the source.
           data.append(f'//{folder}:{stem}.cc')
-        elif f"'_{stem}.so'" in source:  # It loads the library.
+        elif (f"'_{stem}.so'" in source or  # It loads the library.
+              re.search(r'^from \S+ import build$', source, re.M)):
           data.append(f'//{folder}:{stem}_so')
       rule = _rule(path, deps, data)
       uses_pytest |= rule.startswith('py_pytest')

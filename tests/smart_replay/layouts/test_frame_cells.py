@@ -537,19 +537,22 @@ def test_a_bad_codec_is_named():
 def test_a_zstd_buffer_without_the_op_says_how_to_build_it(monkeypatch,
                                                            tmp_path):
   from smart_replay.config import buffer as config_lib  # pylint: disable=g-import-not-at-top
+  from smart_replay.ops import build  # pylint: disable=g-import-not-at-top
   from smart_replay.ops import zstd  # pylint: disable=g-import-not-at-top
   stored = config_lib.BufferConfig.resolve(
       data_spec=_spec([84, 84, 4]), capacity=10, sequence_length=2,
       stride_length=1, table_configs=[TableConfig()]).to_manifest()
-  monkeypatch.setattr(zstd, '_module', None)
-  monkeypatch.setattr(zstd, 'library_path',
-                      lambda: str(tmp_path / 'missing.so'))
+  monkeypatch.setattr(zstd, '_module', None)  # No prebuilt, no compiler.
+  monkeypatch.setattr(zstd, 'prebuilt_path', lambda: str(tmp_path / 'no.so'))
+  monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / 'cache'))
+  monkeypatch.setenv('CXX', 'no-such-cxx')
   with pytest.raises(smart_replay.ZstdOpMissingError, match='make ops'):
     layouts.make_layout('packed', _spec([3, 6, 5]),
                         FrameStack('observation', 0))
   # A checkpoint that records zstd says so too, and so does a new buffer
   # whose frame stack is found.
-  with pytest.raises(smart_replay.ZstdOpMissingError, match='libzstd-dev'):
+  with pytest.raises(smart_replay.ZstdOpMissingError,
+                     match=r'apt-get install g\+\+'):
     config_lib.BufferConfig.from_manifest(stored)
   with pytest.raises(smart_replay.ZstdOpMissingError):
     ReplayBufferManager(_spec([84, 84, 4]), capacity=10,
