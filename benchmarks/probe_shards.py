@@ -26,10 +26,9 @@ import sys
 import tempfile
 import time
 
-import portpicker
-
 import smart_replay
 from smart_replay.server import control_access
+from smart_replay.utils import ports
 from smart_replay_benchmarks import workload as wl_lib
 
 SPEC_SIZE = 32
@@ -58,9 +57,7 @@ def _write(addresses, token_file, shard, steps, ready, go, results):
 
 
 def _serve(root, index, spec_file, token_file):
-  port = portpicker.pick_unused_port()
-  while not portpicker.is_port_free(port + 1):  # The control service's.
-    port = portpicker.pick_unused_port()
+  port = ports.free_pair()  # P + 1: the control service's.
   process = subprocess.Popen(
       [sys.executable, '-m', 'smart_replay_scripts.serve',
        f'--spec_file={spec_file}', f'--checkpoint_dir={root}/shard{index}',

@@ -14,10 +14,11 @@ shipped configs/serve.gin is used (1,000,000 items of 2 steps, one uniform
 FIFO table, a checkpoint every 10 minutes). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
 
-The control service (port + 1) binds 127.0.0.1 unless --control_host says
-otherwise, and every call must carry the secret in --control_token_file
-(default <checkpoint_dir>/control.token, created mode 0600 at the first start;
-clients pass a copy as control_token_file= or $SMART_REPLAY_CONTROL_TOKEN_FILE).
+The control service (--control_port, default --port + 1) binds 127.0.0.1
+unless --control_host says otherwise, and every call must carry the secret in
+--control_token_file (default <checkpoint_dir>/control.token, created mode
+0600 at the first start; clients pass a copy as control_token_file= or
+$SMART_REPLAY_CONTROL_TOKEN_FILE).
 The Prometheus endpoint (--metrics_port) binds 127.0.0.1 unless --metrics_host
 says otherwise and asks for the same token (a Bearer header). Reverb's own
 port listens on all interfaces with no authentication (Reverb 0.14 cannot
@@ -50,7 +51,11 @@ flags.DEFINE_string('spec_file', None,
 flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
                     'resumed).')
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
-                     'port + 1).', lower_bound=1, upper_bound=65534)
+                     'port + 1 unless --control_port says otherwise).',
+                     lower_bound=1, upper_bound=65534)
+flags.DEFINE_integer('control_port', None, 'Port of the control service '
+                     '(default: --port + 1; checked free before the buffer '
+                     'opens).', lower_bound=1, upper_bound=65535)
 flags.DEFINE_integer('metrics_port', None, 'Serve Prometheus metrics at '
                      'http://<metrics_host>:<port>/metrics (0: a free port).',
                      lower_bound=0, upper_bound=65535)
@@ -119,7 +124,8 @@ def main(argv):
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
-          port=FLAGS.port, metrics_port=FLAGS.metrics_port,
+          port=FLAGS.port, control_port=FLAGS.control_port,
+          metrics_port=FLAGS.metrics_port,
           metrics_host=FLAGS.metrics_host, access=access(),
           stop_requested=stop, ready=lambda line: print(line, flush=True),
           **given),

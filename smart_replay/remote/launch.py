@@ -18,6 +18,7 @@ from smart_replay.spec import specs
 
 @gin.configurable(denylist=['stop_requested', 'ready'])
 def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
+          control_port: Optional[int] = None,
           metrics_port: Optional[int] = None,
           metrics_host: str = '127.0.0.1',
           capacity: Optional[int] = None,
@@ -35,8 +36,9 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
   Args:
     spec_file: the `collect_data_spec`, saved with `specs.save_spec`.
     checkpoint_dir: the buffer directory (created or resumed).
-    port: the Reverb port; the control service uses `port + 1` unless
-      `ReplayServer.control_port` is bound.
+    port: the Reverb port.
+    control_port: the control service's port; None: `port + 1`, unless
+      gin binds `ReplayServer.control_port`.
     metrics_port: serve Prometheus metrics at
       `http://<metrics_host>:<metrics_port>/metrics` (see `metrics`); 0
       picks a free port; None: no metrics endpoint.
@@ -64,7 +66,9 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
   manager = manager_lib.ReplayBufferManager(
       data_spec=data_spec, checkpoint_dir=checkpoint_dir, port=port, **shape)
   access = access or control_access.ControlAccess()
-  server = replay_server.ReplayServer(manager, access=access)
+  server = replay_server.ReplayServer(
+      manager, access=access,
+      **({'control_port': control_port} if control_port else {}))
   server.start()
   endpoint = None
   try:

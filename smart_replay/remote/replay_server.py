@@ -30,8 +30,11 @@ from smart_replay.remote import status
 from smart_replay.server import control as control_lib
 from smart_replay.server import control_access
 from smart_replay.utils import checks
+from smart_replay.utils import ports
 
 ON_EXISTING = ('resume', 'overwrite', 'refuse')
+# Ports tried for a control service whose port and Reverb's are automatic.
+_CONTROL_ATTEMPTS = 3
 
 
 @gin.configurable
@@ -48,7 +51,9 @@ class ReplayServer:
   Args:
     manager: an unstarted local `ReplayBufferManager` (with `checkpoint_dir`
       and, for remote clients, a fixed `port`).
-    control_port: port of the control service; default the Reverb port + 1.
+    control_port: port of the control service; default the Reverb port + 1
+      (checked free before the buffer opens when either port was given;
+      with both automatic, another free port if a process took that one).
     access: where the control service listens and who may call it
       (`control_access.ControlAccess`: loopback and a token by default).
     checkpoint_every_s, checkpoint_every_inserts, max_unsaved_s,
@@ -126,6 +131,7 @@ class ReplayServer:
     if self._started:
       raise errors.ManagerStateError('this ReplayServer is already started.')
     manager = self._manager
+    given = self._given_control_port()  # Checked before anything opens.
     self.token = self._access.token(manager.checkpoint_dir)  # Before opening.
     previous = serving_record.read(manager.checkpoint_dir)
     schedule = self._schedule
@@ -146,10 +152,7 @@ class ReplayServer:
         restart_loss=self._restart_loss)
     serving_record.log_restart_loss(self._restart_loss, restored)
     try:
-      self._control = control_service.serve_control(
-          self, instance=self._instance, checkpoint=self._requests.request,
-          exclusive=lambda: self._lock, access=self._access,
-          token=self.token, port=self._control_port)
+      self._control = self._serve_control(given)
     except BaseException:
       self.close(final_checkpoint=False)
       raise
@@ -157,6 +160,50 @@ class ReplayServer:
     self._last_log = (time.monotonic(), manager.stats())
     self._recorder.update(schedule_lib.total_counts(self._last_log[1])[0])
     return self
+
+  def _given_control_port(self) -> Optional[int]:
+    """The control port the user chose (`control_port`, else the given
+    Reverb port + 1), checked free; None if both ports are automatic.
+
+    Raises:
+      ValueError: if that port is in use; names `control_port`.
+    """
+    reverb_port = self._manager.options.location.port
+    if self._control_port is None and reverb_port is None:
+      return None
+    port = self._control_port or control_lib.default_control_port(reverb_port)
+    if not ports.is_free(port):
+      which = ('the control port' if self._control_port else
+               f"the control port, Reverb's port {reverb_port} + 1,")
+      raise ValueError(
+          f'{which} {port} is in use by another process; pass another free '
+          'port as control_port (smart-replay-serve: --control_port), or '
+          'another Reverb port.')
+    return port
+
+  def _serve_control(self, port: Optional[int]) -> Any:
+    """Starts the control service on `port`; if None, on the Reverb port + 1
+    or, when a process took that one meanwhile, on another free port (which
+    clients learn from `control_port` and the ready line).
+
+    Raises:
+      ValueError: if the port cannot be bound.
+    """
+    candidate = self.port + 1 if port is None else port
+    for attempt in range(1, _CONTROL_ATTEMPTS + 1):
+      try:
+        return control_service.serve_control(
+            self, instance=self._instance,
+            checkpoint=self._requests.request,
+            exclusive=lambda: self._lock, access=self._access,
+            token=self.token, port=candidate)
+      except ValueError as e:
+        if port is not None or attempt == _CONTROL_ATTEMPTS:
+          raise
+        candidate = ports.free_pair()
+        logging.warning('%s Trying port %d instead (clients learn it from '
+                        'the ready line and ReplayServer.control_port).', e,
+                        candidate)
 
   @property
   def manager(self) -> manager_lib.ReplayBufferManager:

@@ -3,7 +3,6 @@
 import concurrent.futures
 import math
 import time
-import socket
 from typing import Callable, Dict, Optional, Sequence
 
 from absl import logging
@@ -12,21 +11,23 @@ import reverb
 
 from smart_replay import errors
 from smart_replay.server import restore_progress
+from smart_replay.utils import ports
 
 # Tries at starting a server on a port picked here before giving up.
 START_ATTEMPTS = 3
 
 
 def _free_port() -> int:
-  """A port the OS just gave out as free.
+  """A free port outside the ephemeral range, with its neighbour free.
 
-  Reverb's own choice (`portpicker`) reuses ports of servers stopped moments
-  ago, whose gRPC listener may still be shutting down; a new server there can
-  start but never answer.
+  Not `bind(0)`'s choice: that comes from the ephemeral range, where a
+  client connection of any process may take it again (and Reverb's own
+  choice, `portpicker`, reuses ports of servers stopped moments ago, whose
+  gRPC listener may still be shutting down: a new server there can start but
+  never answer). P + 1 is free too, for a control service beside the server
+  (`ports.free_pair`).
   """
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-    probe.bind(('localhost', 0))
-    return probe.getsockname()[1]
+  return ports.free_pair()
 
 
 def server_info(client: reverb.Client, timeout_s: float

@@ -212,14 +212,12 @@ def test_serve_exports_prometheus_metrics(tmp_path):
   import signal  # pylint: disable=g-import-not-at-top
   import urllib.error  # pylint: disable=g-import-not-at-top
   import urllib.request  # pylint: disable=g-import-not-at-top
-  import portpicker  # pylint: disable=g-import-not-at-top
   from smart_replay.spec import specs  # pylint: disable=g-import-not-at-top
+  from smart_replay.utils import ports  # pylint: disable=g-import-not-at-top
   from tests import testing  # pylint: disable=g-import-not-at-top
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
-  port = portpicker.pick_unused_port()
-  while not portpicker.is_port_free(port + 1):
-    port = portpicker.pick_unused_port()
+  port = ports.free_pair()
   log_path = tmp_path / 'serve.log'
   with open(log_path, 'w') as log:
     process = subprocess.Popen(

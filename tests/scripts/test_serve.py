@@ -7,6 +7,7 @@ tests/smart_replay/test_remote.py.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -80,3 +81,32 @@ def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
   assert os.path.isdir(os.path.join(tmp_path, 'buffer', 'checkpoints',
                                     'ckpt-000001'))
   del out
+
+
+def test_a_taken_control_port_is_named_before_the_buffer_opens(tmp_path):
+  """--port=P with P + 1 taken exits 2 naming --control_port; with
+  --control_port=Q it serves."""
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
+  port = remote_workers.free_port_pair()
+  with socket.socket() as squatter:
+    squatter.bind(('127.0.0.1', port + 1))
+    squatter.listen()
+    taken = _serve(f'--spec_file={spec_file}',
+                   f'--checkpoint_dir={tmp_path}/buffer', f'--port={port}')
+    assert taken.returncode == 2, taken.stderr[-2000:]
+    assert (f"the control port, Reverb's port {port} + 1, {port + 1} is in "
+            'use by another process') in taken.stderr
+    assert '--control_port' in taken.stderr
+    assert not os.path.exists(os.path.join(tmp_path, 'buffer', 'checkpoints'))
+    control_port = remote_workers.free_port_pair()
+    process = subprocess.Popen(
+        [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
+         f'--checkpoint_dir={tmp_path}/buffer', f'--port={port}',
+         f'--control_port={control_port}'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    line = process.stdout.readline()
+    assert f'control at 127.0.0.1:{control_port})' in line, line
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-2000:]

@@ -8,32 +8,22 @@ only this module.
 
 import os
 import signal
-import socket
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
 
 import smart_replay
+from smart_replay.utils import ports
 from tests import testing
 
 SEQUENCE_LENGTH = 2
 
 
 def free_port_pair():
-  """A port P such that P and P + 1 (the control port) are free."""
-  for _ in range(50):
-    with socket.socket() as probe:
-      probe.bind(('localhost', 0))
-      port = probe.getsockname()[1]
-    if port < 65535:
-      with socket.socket() as probe:
-        try:
-          probe.bind(('localhost', port + 1))
-        except OSError:
-          continue
-      return port
-  raise RuntimeError('no free port pair')
+  """A port P such that P and P + 1 (the control port) are free, outside the
+  ephemeral range (where any client connection may take them meanwhile)."""
+  return ports.free_pair()
 
 
 def data_spec():

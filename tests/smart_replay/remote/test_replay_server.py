@@ -5,6 +5,7 @@ A client-mode manager in the same process talks to it over loopback gRPC
 """
 
 import os
+import socket
 import time
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 import smart_replay
 from smart_replay.remote import opening
 from smart_replay.remote import replay_server as serve
+from smart_replay.server import local_server
 from smart_replay.spec import specs
+from smart_replay.utils import ports
 from tests import testing
 
 
@@ -219,3 +222,43 @@ def test_a_restore_that_fails_after_its_checks_stops_serving_cleanly(
     server.serve_until(lambda: False)
   assert server.close() == first
   assert sorted(os.listdir(os.path.dirname(first))) == on_disk
+
+
+def test_a_taken_control_port_is_refused_before_the_buffer_opens(tmp_path,
+                                                                 data_spec):
+  port = ports.free_pair()
+  manager = smart_replay.ReplayBufferManager(
+      data_spec=data_spec, capacity=100, checkpoint_dir=str(tmp_path / 'b'),
+      port=port)
+  with socket.socket() as squatter:  # Any process's socket on port + 1.
+    squatter.bind(('127.0.0.1', port + 1))
+    with pytest.raises(ValueError, match=(
+        f"control port, Reverb's port {port} \\+ 1, {port + 1} is in use.*"
+        'control_port .smart-replay-serve: --control_port')):
+      serve.ReplayServer(manager).start()
+    assert manager.server_address is None  # Nothing was opened.
+    other = ports.free_pair()
+    with serve.ReplayServer(manager, control_port=other) as server:
+      assert server.control_port == other
+
+
+def test_automatic_ports_move_the_control_service_off_a_taken_port(
+    tmp_path, data_spec, monkeypatch):
+  port = ports.free_pair()
+  # Reverb gets `port`, whose + 1 a process takes before the control
+  # service binds it.
+  monkeypatch.setattr(local_server, '_free_port', lambda: port)
+  with socket.socket() as squatter:
+    squatter.bind(('127.0.0.1', port + 1))
+    manager = smart_replay.ReplayBufferManager(
+        data_spec=data_spec, capacity=100, sequence_length=2,
+        checkpoint_dir=str(tmp_path / 'b'))
+    with serve.ReplayServer(manager) as server:
+      assert server.port == port and server.control_port != port + 1
+      client, _, observer = _client(server, data_spec)
+      try:
+        testing.run_actor(observer, 10, seed=1)
+        observer.flush()
+        assert client.checkpoint()  # A control call, on the new port.
+      finally:
+        client.close()
