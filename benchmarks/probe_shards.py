@@ -57,7 +57,7 @@ def _write(addresses, token_file, shard, steps, ready, go, results):
 
 
 def _serve(root, index, spec_file, token_file):
-  port = ports.free_pair()  # P + 1: the control service's.
+  port = ports.free_port_pair()  # P + 1: the control service's.
   process = subprocess.Popen(
       [sys.executable, '-m', 'smart_replay_scripts.serve',
        f'--spec_file={spec_file}', f'--checkpoint_dir={root}/shard{index}',

@@ -33,7 +33,6 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-import portpicker
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.networks import q_network
@@ -93,9 +92,7 @@ def start_server(root_dir: str, data_spec, timeout_s: float):
   control token file."""
   spec_file = os.path.join(root_dir, 'spec.pbtxt')
   smart_replay.save_spec(spec_file, data_spec)
-  port = portpicker.pick_unused_port()
-  while not portpicker.is_port_free(port + 1):  # The control service's.
-    port = portpicker.pick_unused_port()
+  port = smart_replay.free_port_pair()  # Port + 1: the control service's.
   server = subprocess.Popen(
       [sys.executable, '-m', 'smart_replay_scripts.serve',
        f'--spec_file={spec_file}',

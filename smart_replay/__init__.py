@@ -16,8 +16,9 @@ the option groups (`BufferShape`, `LocalBuffer`, `RemoteBuffer`,
 `ONLINE`, `STARTER`), TensorBoard summaries (`BufferSummaries`,
 `write_buffer_summaries`), paired agent and buffer checkpoints
 (`PairedCheckpointer`, `newest_pair`), a standalone server and its metrics
-(`ReplayServer`, `MetricsEndpoint`, `save_spec`), moving buffers in and out
-(`import_reverb_checkpoint`, `write_rlds`, `import_rlds`, `export_npz`),
+(`ReplayServer`, `MetricsEndpoint`, `save_spec`, `free_port_pair`), moving
+buffers in and out (`import_reverb_checkpoint`, `write_rlds`, `import_rlds`,
+`export_npz`),
 the library calls behind the commands (`populate_starter_buffer`,
 `train_from_starter`) and every error. The packages below follow the data
 flow, each importing only those below it: `utils`, `spec`, `layouts`,
@@ -68,6 +69,7 @@ _EXPORTS = {
     'TableConfig': 'smart_replay.config.tables',
     'TrajectoryObserver': 'smart_replay.writing.observer',
     'export_npz': 'smart_replay.tools.export',
+    'free_port_pair': 'smart_replay.utils.ports',
     'import_reverb_checkpoint': 'smart_replay.tools.takeover',
     'import_rlds': 'smart_replay.tools.rlds_io',
     'newest_pair': 'smart_replay.integrations.paired',

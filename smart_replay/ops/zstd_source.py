@@ -106,7 +106,8 @@ def _extract(archive: str, folder: str) -> None:
       try:
         member = tar.getmember(_MEMBER_FOLDER + name)
       except KeyError as e:
-        raise SourceFetchError(f'{archive} has no {_MEMBER_FOLDER}{name}') from e
+        raise SourceFetchError(
+            f'{archive} has no {_MEMBER_FOLDER}{name}') from e
       if not member.isfile() or member.size > _MAX_MEMBER_BYTES:
         raise SourceFetchError(
             f'{archive}: {member.name} is not a regular file of at most '

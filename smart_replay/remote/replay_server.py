@@ -200,7 +200,7 @@ class ReplayServer:
       except ValueError as e:
         if port is not None or attempt == _CONTROL_ATTEMPTS:
           raise
-        candidate = ports.free_pair()
+        candidate = ports.free_port_pair()
         logging.warning('%s Trying port %d instead (clients learn it from '
                         'the ready line and ReplayServer.control_port).', e,
                         candidate)

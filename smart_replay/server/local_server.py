@@ -25,9 +25,9 @@ def _free_port() -> int:
   choice, `portpicker`, reuses ports of servers stopped moments ago, whose
   gRPC listener may still be shutting down: a new server there can start but
   never answer). P + 1 is free too, for a control service beside the server
-  (`ports.free_pair`).
+  (`ports.free_port_pair`).
   """
-  return ports.free_pair()
+  return ports.free_port_pair()
 
 
 def server_info(client: reverb.Client, timeout_s: float

@@ -5,8 +5,8 @@ A port the kernel hands out for `bind(0)` comes from the ephemeral range
 range every outgoing connection's local port is drawn from, so on a host that
 opens many connections it is soon someone's client port again. Ports chosen
 here lie outside that range, drawn at random among those free, and always in
-pairs: `free_pair()` returns a port P with P + 1 free too, for the control
-service a standalone server runs beside Reverb.
+pairs: `free_port_pair()` returns a port P with P + 1 free too, for the
+control service a standalone server runs beside Reverb.
 """
 
 import random
@@ -52,8 +52,8 @@ def is_free(port: int) -> bool:
   return 0 < port < 65536 and bool(portpicker.is_port_free(port))
 
 
-def free_pair(*, attempts: int = DEFAULT_ATTEMPTS,
-              rng: Optional[random.Random] = None) -> int:
+def free_port_pair(*, attempts: int = DEFAULT_ATTEMPTS,
+                   rng: Optional[random.Random] = None) -> int:
   """Returns a port P such that P and P + 1 are free, outside the ephemeral
   range.
 

@@ -217,7 +217,7 @@ def test_serve_exports_prometheus_metrics(tmp_path):
   from tests import testing  # pylint: disable=g-import-not-at-top
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
-  port = ports.free_pair()
+  port = ports.free_port_pair()
   log_path = tmp_path / 'serve.log'
   with open(log_path, 'w') as log:
     process = subprocess.Popen(

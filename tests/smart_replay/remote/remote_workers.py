@@ -23,7 +23,7 @@ SEQUENCE_LENGTH = 2
 def free_port_pair():
   """A port P such that P and P + 1 (the control port) are free, outside the
   ephemeral range (where any client connection may take them meanwhile)."""
-  return ports.free_pair()
+  return ports.free_port_pair()
 
 
 def data_spec():

@@ -226,7 +226,7 @@ def test_a_restore_that_fails_after_its_checks_stops_serving_cleanly(
 
 def test_a_taken_control_port_is_refused_before_the_buffer_opens(tmp_path,
                                                                  data_spec):
-  port = ports.free_pair()
+  port = ports.free_port_pair()
   manager = smart_replay.ReplayBufferManager(
       data_spec=data_spec, capacity=100, checkpoint_dir=str(tmp_path / 'b'),
       port=port)
@@ -237,14 +237,14 @@ def test_a_taken_control_port_is_refused_before_the_buffer_opens(tmp_path,
         'control_port .smart-replay-serve: --control_port')):
       serve.ReplayServer(manager).start()
     assert manager.server_address is None  # Nothing was opened.
-    other = ports.free_pair()
+    other = ports.free_port_pair()
     with serve.ReplayServer(manager, control_port=other) as server:
       assert server.control_port == other
 
 
 def test_automatic_ports_move_the_control_service_off_a_taken_port(
     tmp_path, data_spec, monkeypatch):
-  port = ports.free_pair()
+  port = ports.free_port_pair()
   # Reverb gets `port`, whose + 1 a process takes before the control
   # service binds it.
   monkeypatch.setattr(local_server, '_free_port', lambda: port)

@@ -1,0 +1,38 @@
+"""benchmarks/stress_busy_host.py: a short run under load, its figures, a
+bad flag."""
+
+import json
+import os
+import subprocess
+import sys
+
+# The source tree (under Bazel, this file is a symlink in the runfiles): the
+# script runs pytest on test files there.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.realpath(__file__))))
+SCRIPT = os.path.join(ROOT, 'benchmarks', 'stress_busy_host.py')
+
+
+def _stress(*args):
+  return subprocess.run([sys.executable, SCRIPT, *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_one_run_under_load_writes_its_figures(tmp_path):
+  output = tmp_path / 'stress.json'
+  result = _stress('--runs=1', '--churners=1', '--burners=1',
+                   '--files=tests/smart_replay/utils/test_ports.py',
+                   f'--output={output}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'Run 1/1: passed' in result.stdout
+  assert '1 of 1 runs passed' in result.stdout
+  figures = json.loads(output.read_text())
+  assert figures['passed'] == 1 and figures['runs'][0]['passed']
+  assert figures['churners'] == 1 and figures['burners'] == 1
+
+
+def test_a_missing_test_file_is_named():
+  result = _stress('--files=tests/no_such_test.py')
+  assert result.returncode != 0
+  assert 'no such test files' in result.stderr
+  assert 'tests/no_such_test.py' in result.stderr
