@@ -18,8 +18,8 @@ setuptools.setup(
                  'smart_replay_benchmarks': 'benchmarks',
                  'smart_replay_configs': 'configs'},
     package_data={'smart_replay_configs': ['*.gin'],
-                  # The zstd op's source: built after install by
-                  # `python -m smart_replay.ops.build` (needs TensorFlow).
+                  # The zstd op's source: built by the first process that
+                  # needs it, into a per-user cache (smart_replay/ops/build.py).
                   'smart_replay.ops': ['*.cc']},
     entry_points={'console_scripts': [
         'smart-replay-populate='

@@ -3,8 +3,11 @@
 * `zstd`: zstd compression of string tensors in the graph
   (`SmartReplayZstdEncode`, `SmartReplayZstdDecode`), loaded from
   `_zstd_ops.so`;
-* `build`: compiles that library (`python -m smart_replay.ops.build`, which
-  `make ops` runs; needs g++ and `apt-get install libzstd-dev`).
+* `build`: compiles that library, with zstd itself, into a per-user cache
+  the first time a process needs it (`python -m smart_replay.ops.build`,
+  which `make ops` runs, does it ahead of time; needs only a C++ compiler);
+* `zstd_source`: zstd's C source, from the pinned `zstandard` source
+  distribution, fetched with pip.
 
 Nothing is imported here: importing `smart_replay.ops.zstd` does not load the
 library, its first use does.

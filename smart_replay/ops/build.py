@@ -384,6 +384,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     arguments.
   """
   argv = sys.argv[1:] if argv is None else argv
+  usage = ('usage: python -m smart_replay.ops.build [--force] '
+           '[--output=PATH]\nBuilds the zstd op into the per-user cache '
+           f'({cache_root()}), or at PATH; --force builds it again.')
+  if '--help' in argv or '-h' in argv:
+    print(usage)
+    return 0
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # Before TF loads.
   output = None
   unknown = []
@@ -393,8 +399,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     elif arg != '--force':
       unknown.append(arg)
   if unknown:
-    print(f'usage: python -m smart_replay.ops.build [--force] '
-          f'[--output=PATH]; unknown arguments {unknown}', file=sys.stderr)
+    print(f'{usage}\nunknown arguments: {unknown}', file=sys.stderr)
     return 2
   flags.FLAGS.mark_as_parsed()  # absl logging without its warning about it.
   logging.set_verbosity(logging.INFO)
