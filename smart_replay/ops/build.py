@@ -279,6 +279,20 @@ def _cache_folders(root: str) -> str:
   return _owned_folder(root)
 
 
+def _zstd_source() -> str:
+  """zstd's source in the cache (`<cache>/sources`), fetched if missing.
+
+  Raises:
+    OpBuildError: the cache is not safe, or the source cannot be fetched.
+  """
+  sources = _owned_folder(os.path.join(_cache_folders(cache_root()),
+                                       'sources'))
+  try:
+    return zstd_source.fetch(sources)
+  except zstd_source.SourceFetchError as e:
+    raise OpBuildError(str(e)) from e
+
+
 class _BuildLock:
   """An exclusive `flock` on `path`, waited for up to `timeout_s`."""
 
@@ -356,11 +370,7 @@ def ensure_built(*, compiler: Optional[str] = None, force: bool = False,
     if not force and _usable(library, key):  # Built while we waited.
       return library
     compiler = checked_compiler(compiler)  # Before fetching anything.
-    sources = _owned_folder(os.path.join(cache_root(), 'sources'))
-    try:
-      zstd_dir = zstd_source.fetch(sources)
-    except zstd_source.SourceFetchError as e:
-      raise OpBuildError(str(e)) from e
+    zstd_dir = _zstd_source()
     started = time.monotonic()
     # A warning, so that it shows by default: the caller waits a minute.
     logging.warning('Building the zstd op for TensorFlow %s into %s (once '
@@ -407,10 +417,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if output is None:
       path = ensure_built(force='--force' in argv)
     else:
-      sources = _owned_folder(os.path.join(_cache_folders(cache_root()),
-                                           'sources'))
-      path = build(output, zstd_dir=zstd_source.fetch(sources))
-  except (OpBuildError, zstd_source.SourceFetchError, ValueError) as e:
+      path = build(output, zstd_dir=_zstd_source())
+  except (OpBuildError, ValueError) as e:
     print(f'smart_replay.ops.build: {e}', file=sys.stderr)
     return 1
   print(path)
