@@ -9,7 +9,8 @@ those files out of it, with the licence, into `folder/<SOURCE_ID>/`.
 Nothing of the archive runs and no path in it is trusted: each file is read
 by its known name.
 
-The project commits none of zstd; `op_cache` keeps one copy per user.
+The project commits none of zstd; `build` keeps one copy per user, in its
+cache.
 """
 
 import hashlib
