@@ -11,8 +11,10 @@ stops when the runs end, at Ctrl-C, or after `--max_minutes`.
       --output=benchmark_results/stress_busy_host.json
 
 It prints a line per run (passed/failed, time, the load's connections per
-second, an ETA) and writes the figures as JSON; the exit status is 0 only if
-every run passed. Not part of CI (about 25 minutes for 5 runs on 2 cores).
+second, an ETA) and writes the figures as JSON (and the whole pytest output of
+each failed run beside it, `<output>.run<N>.log`); the exit status is 0 only
+if every run passed. Not part of CI (about 65 minutes for 5 runs on 2 cores
+with the default load).
 """
 
 import json
@@ -85,19 +87,24 @@ def burn(stop, deadline):
       x = (x * 31 + 7) % 1_000_003
 
 
-def _run_tests(files, timeout_s):
-  """Runs pytest on `files`; returns (passed, seconds, summary line)."""
+def _run_tests(files, timeout_s, log_path):
+  """Runs pytest on `files`; returns (passed, seconds, summary line). The
+  whole output of a failed run goes to `log_path` (if not None)."""
   started = time.monotonic()
   try:
     result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-         *files], cwd=ROOT, capture_output=True, text=True,
-        timeout=timeout_s, check=False)
+        [sys.executable, '-m', 'pytest', '-q', '-rfE', '-p',
+         'no:cacheprovider', *files], cwd=ROOT, capture_output=True,
+        text=True, timeout=timeout_s, check=False)
   except subprocess.TimeoutExpired:
     return False, time.monotonic() - started, f'timed out after {timeout_s} s'
   lines = [l for l in result.stdout.splitlines() if l.strip()]
   failed = [l for l in lines if l.startswith(('FAILED', 'ERROR'))]
   summary = (lines[-1] if lines else 'no output').strip('= ')
+  if result.returncode != 0 and log_path:
+    with open(log_path, 'w') as f:
+      f.write(result.stdout + result.stderr)
+    summary += f'; the whole output is in {log_path}'
   return (result.returncode == 0, time.monotonic() - started,
           summary + ''.join(f'\n    {l}' for l in failed))
 
@@ -117,6 +124,8 @@ def main(argv):
            for _ in range(FLAGS.churners)] +
           [context.Process(target=burn, args=(stop, deadline))
            for _ in range(burners)])
+  if FLAGS.output:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
   for process in load:
     process.start()
   print(f'Load: {FLAGS.churners} connection churners, {burners} CPU burners '
@@ -131,7 +140,9 @@ def main(argv):
       if remaining <= 0:
         print('Stopped: --max_minutes reached.', flush=True)
         break
-      passed, seconds, summary = _run_tests(FLAGS.files, remaining)
+      log_path = FLAGS.output and f'{os.path.splitext(FLAGS.output)[0]}' \
+          f'.run{run}.log'
+      passed, seconds, summary = _run_tests(FLAGS.files, remaining, log_path)
       rate = (counter.value - before) / seconds
       runs.append({'run': run, 'passed': passed, 'seconds': round(seconds, 1),
                    'connections_per_s': round(rate), 'summary': summary})

@@ -36,3 +36,17 @@ def test_a_missing_test_file_is_named():
   assert result.returncode != 0
   assert 'no such test files' in result.stderr
   assert 'tests/no_such_test.py' in result.stderr
+
+
+def test_a_failed_run_keeps_its_whole_output(tmp_path):
+  failing = tmp_path / 'test_fails.py'
+  failing.write_text('def test_fails():\n  assert 1 == 2, "the reason"\n')
+  output = tmp_path / 'stress.json'
+  result = _stress('--runs=1', '--churners=0', '--burners=0',
+                   f'--files={failing}', f'--output={output}')
+  assert result.returncode == 1
+  assert 'Run 1/1: FAILED' in result.stdout
+  log = tmp_path / 'stress.run1.log'
+  assert f'the whole output is in {log}' in result.stdout
+  assert 'the reason' in log.read_text()
+  assert json.loads(output.read_text())['passed'] == 0
