@@ -296,15 +296,17 @@ class TrajectoryObserver:
     """Counts the confirmed items a server restart lost.
 
     A server restarted from a checkpoint lost the items this observer sent
-    after that checkpoint's save began; they are added to `num_lost_items`
-    and `num_lost_at_restart` (a lower bound by at most the 49 items in
-    flight during the save; items counted before are not counted again).
+    after that checkpoint's save began and saw confirmed before the new
+    server started (`confirmations`); they are added to `num_lost_items` and
+    `num_lost_at_restart` (a lower bound by at most the 49 items in flight
+    during the save; items counted before are not counted again).
 
     Args:
       saved_since: when the restored checkpoint's save began (wall time), or
         None if the restarted server restored no checkpoint (everything it
         had confirmed is lost).
-      restarted: when the new server started; items sent later reached it.
+      restarted: when the new server started; items seen confirmed later
+        reached it.
 
     Returns:
       The items counted as lost now.

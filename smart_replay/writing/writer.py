@@ -75,18 +75,14 @@ class StreamWriter:
     # confirmed, oldest first: once the server confirms all but k of them,
     # every step up to `created[-k - 1]` is stored (Reverb confirms in order,
     # except after a reconnect, where the count of lost steps is
-    # approximate). Confirmed items are recorded by the time they were sent
-    # (see `confirmations`).
+    # approximate). Confirmed items are recorded with the time they were
+    # sent and the time their confirmation was seen (see `confirmations`).
     self.created = collections.deque()
     self.confirmed_steps = 0  # Steps up to here are all stored.
     self.steps = 0  # Steps written by this stream.
     self._server_wait = waits.ServerWait(
         settings, failed=self._failed, give_up=self._give_up,
         outage=self._outage)
-    # When a wait last saw the server come back: items still unconfirmed
-    # then were sent again to the server that answered, so they count as
-    # sent then (a restart before it did not lose them).
-    self._back_at = 0.0
     self.writer = None
     self.restart()
 
@@ -259,36 +255,33 @@ class StreamWriter:
       self._cells.reset()
 
   def _wait(self, what: str, call: Callable[[int], None]) -> None:
-    """A bounded wait on the server (`waits.ServerWait`), noting whether the
-    server came back during it."""
-    reconnects = self._settings.counters.reconnects
+    """A bounded wait on the server (`waits.ServerWait`)."""
     self._server_wait(what, call)
-    if self._settings.counters.reconnects != reconnects:
-      self._back_at = time.time()
 
   def _outage(self, pending: Optional[Tuple[int, int]]) -> None:
     """The server stopped answering while `pending` = Reverb's `(unsent,
-    unconfirmed)` items were not stored: every older created item had been
-    confirmed, by the time it was sent (a restart may have lost it). The
-    pending ones are sent again to the server that comes back (unknown
-    counts: all of them, so the loss stays a lower bound)."""
+    unconfirmed)` items were not stored: every older created item was
+    confirmed by the server that is gone (recorded now, before a new one can
+    have started: a restart may have lost them). The pending ones are sent
+    again to the server that comes back, which holds them (unknown counts:
+    all of them, so the loss stays a lower bound)."""
     if pending is not None:
       self._record_confirmed(len(self.created) - sum(pending))
 
   def _record_confirmed(self, count: int) -> None:
-    """The oldest `count` created items are confirmed: records them by the
-    time they were sent (or the server came back, if later), and the steps
-    now stored."""
+    """The oldest `count` created items are confirmed: records them with the
+    time they were sent and now (when that was seen), and the steps now
+    stored."""
     log, group, group_sent = self._settings.confirmations, 0, None
+    seen = time.time()
     for _ in range(min(count, len(self.created))):
       last_step, _, sent = self.created.popleft()
-      sent = max(sent, self._back_at)
       self.confirmed_steps = max(self.confirmed_steps, last_step)
       if sent != group_sent and group:  # A chunk's items share one time.
-        log.add(group, now=group_sent)
+        log.add(group, sent=group_sent, seen=seen)
         group = 0
       group, group_sent = group + 1, sent
-    log.add(group, now=group_sent)
+    log.add(group, sent=group_sent, seen=seen)
 
   def _confirmed(self) -> None:
     """Records that the server confirmed every item of the stream."""
