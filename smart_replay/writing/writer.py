@@ -26,7 +26,7 @@ into Reverb items, and bounds every wait on the server:
 
 import collections
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import reverb
@@ -162,7 +162,7 @@ class StreamWriter:
     if not self.deferred:
       return False
     room = max(_PENDING_LIMIT - len(self.deferred), 0)
-    self._wait('flush', lambda timeout_ms: self.writer.flush(
+    self._server_wait('flush', lambda timeout_ms: self.writer.flush(
         block_until_num_items=room, timeout_ms=timeout_ms))
     self._record_confirmed(max(len(self.created) - room, 0))
     sent = time.time()
@@ -221,10 +221,10 @@ class StreamWriter:
 
   def finish_episode(self) -> None:
     """Ends the writer's episode (again, if an earlier end timed out)."""
-    self._wait('the end of an episode',
-               lambda timeout_ms: self.writer.end_episode(
-                   clear_buffers=self._settings.clear_at_episode_end,
-                   timeout_ms=timeout_ms))
+    self._server_wait('the end of an episode',
+                      lambda timeout_ms: self.writer.end_episode(
+                          clear_buffers=self._settings.clear_at_episode_end,
+                          timeout_ms=timeout_ms))
     self.episode_open = False
     self._confirmed()
 
@@ -237,7 +237,7 @@ class StreamWriter:
     """
     if self.send():
       self.chunk_steps = 0  # The flush closes the chunk they are in.
-    self._wait('flush', lambda timeout_ms: self.writer.flush(
+    self._server_wait('flush', lambda timeout_ms: self.writer.flush(
         timeout_ms=timeout_ms))
     self._confirmed()
 
@@ -254,17 +254,14 @@ class StreamWriter:
     if self._cells:
       self._cells.reset()
 
-  def _wait(self, what: str, call: Callable[[int], None]) -> None:
-    """A bounded wait on the server (`waits.ServerWait`)."""
-    self._server_wait(what, call)
-
   def _outage(self, pending: Optional[Tuple[int, int]]) -> None:
     """The server stopped answering while `pending` = Reverb's `(unsent,
     unconfirmed)` items were not stored: every older created item was
-    confirmed by the server that is gone (recorded now, before a new one can
-    have started: a restart may have lost them). The pending ones are sent
-    again to the server that comes back, which holds them (unknown counts:
-    all of them, so the loss stays a lower bound)."""
+    confirmed by the server that is gone (a restart may have lost them;
+    recorded now, so if a new server has started already they count as held
+    by it). The pending ones are sent again to the server that comes back,
+    which holds them (unknown counts: all of them). Either way the loss stays
+    a lower bound."""
     if pending is not None:
       self._record_confirmed(len(self.created) - sum(pending))
 
