@@ -5,6 +5,7 @@ spawned process); actors and learners are client-mode managers in processes
 started with multiprocessing's `spawn` method.
 """
 
+from concurrent import futures
 import json
 import os
 import signal
@@ -234,7 +235,8 @@ def _kill_after_unsaved_items(served, checkpoint_dir, steps, **client_kwargs):
   return server, manager, observer
 
 
-def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
+def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path,
+                                                          caplog):
   checkpoint_dir = str(tmp_path / 'buffer')
   steps = _long_episode_steps(36)
   server, manager, observer = _kill_after_unsaved_items(
@@ -243,9 +245,16 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path):
   try:
     for step in steps[16:36]:  # Items (16,17).. reference a lost chunk.
       observer(step)
-    restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
-    assert 'at least 6 item(s) it inserted after' in restarted.log()
-    observer.flush()  # Waits for the server, then sends the pending items.
+    # The flush waits for the server (started while it is down: a server
+    # back before the flush, as on a busy host, would leave nothing to wait
+    # for), then sends the pending items.
+    with futures.ThreadPoolExecutor(1) as pool:
+      flushed = pool.submit(observer.flush)
+      _wait_until(lambda: 'does not answer' in caplog.text,
+                  'the flush waiting for the server')
+      restarted = served(checkpoint_dir=checkpoint_dir, port=server.port)
+      assert 'at least 6 item(s) it inserted after' in restarted.log()
+      flushed.result(timeout=180)
     assert observer.num_reconnects == 1
     # The 6 items confirmed after the checkpoint died with the server: the
     # reconnect woke the manager's watcher, which tells the observer.
