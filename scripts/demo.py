@@ -12,9 +12,7 @@ native_logs.install(sys.argv)  # first: quiets TensorFlow/Reverb C++ logs
 from absl import app
 from absl import flags
 
-from smart_replay import errors
 from smart_replay.apps import binary
-from smart_replay.apps import demo
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('buffer_dir', None, 'The buffer directory to summarize.')
@@ -38,6 +36,11 @@ def main(argv):
   Raises:
     app.UsageError: if arguments are left over.
   """
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay import errors
+  from smart_replay.apps import demo
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)

@@ -24,8 +24,6 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.spec import specs
-from smart_replay.tools import takeover
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('source', None, 'A plain Reverb checkpoint folder, or a '
@@ -58,6 +56,11 @@ def main(argv):
   Raises:
     app.UsageError: for positional arguments.
   """
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay.spec import specs
+  from smart_replay.tools import takeover
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   def work(stop):

@@ -27,12 +27,6 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.server import control_access
-from smart_replay.spec import specs
-from smart_replay.tools import export
-from smart_replay.tools import sharded_inspection
-from smart_replay.tools import plots
-from smart_replay.tools import rlds_io
 
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('json', False, 'Print JSON instead of text.')
@@ -76,6 +70,15 @@ def _stop_if_requested(stop):
 
 
 def _work(target, stop):
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay.server import control_access
+  from smart_replay.spec import specs
+  from smart_replay.tools import export
+  from smart_replay.tools import sharded_inspection
+  from smart_replay.tools import plots
+  from smart_replay.tools import rlds_io
   if FLAGS.import_to:
     if FLAGS.plot or FLAGS.export_rlds or FLAGS.export_npz or FLAGS.json:
       raise ValueError('--import_to takes an exported data set; inspect, '

@@ -32,7 +32,6 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.apps import populate
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('buffer_name', None, 'Plain name of the starter buffer.')
@@ -80,6 +79,10 @@ def main(argv):
   Raises:
     app.UsageError: if arguments are left over.
   """
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps import populate
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)

@@ -41,8 +41,6 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.remote import launch
-from smart_replay.server import control_access
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('spec_file', None,
@@ -110,6 +108,11 @@ def main(argv):
   Raises:
     app.UsageError: if arguments are left over.
   """
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay.remote import launch
+  from smart_replay.server import control_access
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)

@@ -46,7 +46,6 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
-from smart_replay.apps import training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('starter_dir', None, 'Starter buffer directory.')
@@ -109,6 +108,10 @@ def main(argv):
   Raises:
     app.UsageError: if arguments are left over.
   """
+  # Imported here: --help and a mistyped flag answer without loading
+  # TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from smart_replay.apps import training
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings)
