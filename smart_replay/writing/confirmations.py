@@ -90,12 +90,7 @@ class ConfirmationLog:
     Returns:
       The number of items, >= 0.
     """
-    before = 0
-    for sent, _, total in self._entries:
-      if sent >= when:
-        break
-      before = total
-    return self.total - before
+    return self.total - self._total_before(0, when)
 
   def seen_before(self, when: float) -> int:
     """Items seen confirmed before wall time `when` (a lower bound).
@@ -106,12 +101,17 @@ class ConfirmationLog:
     Returns:
       The number of items, >= 0.
     """
-    seen_total = 0
-    for _, seen, total in self._entries:
-      if seen >= when:
+    return self._total_before(1, when)
+
+  def _total_before(self, field: int, when: float) -> int:
+    """The total of the last entry whose time `field` (0: sent, 1: seen) is
+    before `when` (both grow along the entries), or 0."""
+    before = 0
+    for entry in self._entries:
+      if entry[field] >= when:
         break
-      seen_total = total
-    return seen_total
+      before = entry[2]
+    return before
 
   def lost_at_restart(self, saved_since: Optional[float],
                       restarted: Optional[float] = None) -> int:
