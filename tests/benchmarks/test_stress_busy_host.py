@@ -18,14 +18,19 @@ def _stress(*args):
                         capture_output=True, text=True, timeout=300)
 
 
-def test_one_run_under_load_writes_its_figures(tmp_path):
-  # A test file outside tests/ (no conftest loading TensorFlow): the run is
-  # short, so the burner holds a core only briefly.
-  passing = tmp_path / 'test_passes.py'
-  passing.write_text('def test_passes():\n  assert True\n')
+def _stress_one_test(tmp_path, assertion, *args):
+  """One run of a one-test file outside tests/ (no conftest loading
+  TensorFlow, so the run is short); returns (result, figures path)."""
+  test_file = tmp_path / 'test_one.py'
+  test_file.write_text(f'def test_one():\n  {assertion}\n')
   output = tmp_path / 'stress.json'
-  result = _stress('--runs=1', '--churners=1', '--burners=1',
-                   f'--files={passing}', f'--output={output}')
+  return _stress('--runs=1', *args, f'--files={test_file}',
+                 f'--output={output}'), output
+
+
+def test_one_run_under_load_writes_its_figures(tmp_path):
+  result, output = _stress_one_test(tmp_path, 'assert True',
+                                    '--churners=1', '--burners=1')
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'Run 1/1: passed' in result.stdout
   assert '1 of 1 runs passed' in result.stdout
@@ -42,11 +47,8 @@ def test_a_missing_test_file_is_named():
 
 
 def test_a_failed_run_keeps_its_whole_output(tmp_path):
-  failing = tmp_path / 'test_fails.py'
-  failing.write_text('def test_fails():\n  assert 1 == 2, "the reason"\n')
-  output = tmp_path / 'stress.json'
-  result = _stress('--runs=1', '--churners=0', '--burners=0',
-                   f'--files={failing}', f'--output={output}')
+  result, output = _stress_one_test(tmp_path, 'assert 1 == 2, "the reason"',
+                                    '--churners=0', '--burners=0')
   assert result.returncode == 1
   assert 'Run 1/1: FAILED' in result.stdout
   log = tmp_path / 'stress.run1.log'

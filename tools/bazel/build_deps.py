@@ -215,8 +215,9 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
 # A compiled TensorFlow op: `<folder>/<name>.cc` is built into
 # `_<name>.so` (and its key file) beside it by that folder's `build.py`, run
 # on the virtualenv's Python; the module that loads the library (it names
-# `_<name>.so`, or imports the folder's `build`) gets it as data. Local (unsandboxed): zstd's source comes
-# from the user's cache, fetched there with pip the first time.
+# `_<name>.so`, or imports the folder's `build`) gets it as data. Local
+# (unsandboxed): zstd's source comes from the user's cache, fetched there
+# with pip the first time.
 OP_RULE = '''genrule(
     name = "{stem}_so",
     srcs = [
