@@ -26,8 +26,8 @@ import numpy as np
 
 import smart_replay
 from smart_replay.remote import replay_server
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 from smart_replay_benchmarks import workload as wl_lib
 
 

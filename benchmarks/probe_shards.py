@@ -27,7 +27,7 @@ import tempfile
 import time
 
 import smart_replay
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 from smart_replay.utils import ports
 from smart_replay_benchmarks import workload as wl_lib
 

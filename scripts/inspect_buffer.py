@@ -73,7 +73,7 @@ def _work(target, stop):
   # Imported here: --help and a mistyped flag answer without loading
   # TensorFlow.
   # pylint: disable=g-import-not-at-top
-  from smart_replay.server import control_access
+  from smart_replay.control import access as control_access
   from smart_replay.spec import specs
   from smart_replay.tools import export
   from smart_replay.tools import sharded_inspection

@@ -112,7 +112,7 @@ def main(argv):
   # TensorFlow.
   # pylint: disable=g-import-not-at-top
   from smart_replay.remote import launch
-  from smart_replay.server import control_access
+  from smart_replay.control import access as control_access
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)

@@ -21,8 +21,8 @@ from smart_replay.config import buffer as config_lib
 from smart_replay.config import options
 from smart_replay.config import record
 from smart_replay.config import reverb_tables
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 from smart_replay.server import local_server as server_lib
 
 

@@ -27,7 +27,7 @@ from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
 from smart_replay.config import record
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 
 
 # Seconds between two checks of every shard (at most).

@@ -16,8 +16,8 @@ from absl import logging
 from smart_replay.remote import shard_checkpoints
 from smart_replay.remote import handlers
 from smart_replay.remote import status
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 
 
 def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],

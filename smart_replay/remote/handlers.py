@@ -1,6 +1,6 @@
 """What a `ReplayServer`'s control service answers.
 
-Three methods (see `smart_replay.server.control`): 'info' describes the
+Three methods (see `smart_replay.control.channel`): 'info' describes the
 buffer (configuration, checkpoint directory and checkpoints) and the serving
 instance (`serving_record.describe_instance`), so that clients reconnecting
 after a restart can count what they lost; 'checkpoint' writes a checkpoint;
@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
-from smart_replay.server import control as control_lib
+from smart_replay.control import channel as control_lib
 from smart_replay.storage import coordinated_records
 
 # The largest `extra` a client may store in a manifest (its JSON).

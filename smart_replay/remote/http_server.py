@@ -29,7 +29,7 @@ from wsgiref import simple_server
 from absl import logging
 from prometheus_client import exposition
 
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 
 _PathLike = Union[str, 'os.PathLike[str]']
 _App = Callable[..., Iterable[bytes]]

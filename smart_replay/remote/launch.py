@@ -12,7 +12,7 @@ import gin
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 from smart_replay.spec import specs
 
 

@@ -6,7 +6,7 @@ its newest verified checkpoint, writes checkpoints on a schedule (every N
 seconds and/or N inserted items) and on request of a client, writes a final
 one when asked to stop, and logs table sizes and insert/sample rates at an
 interval. Clients reach it on two ports: Reverb's (data) and the control
-service's (`smart_replay.server.control`). The schedule is in `schedule`, the
+service's (`smart_replay.control.channel`). The schedule is in `schedule`, the
 status line in `status`, the control methods in `handlers`; `launch.serve()`
 is what the `smart-replay-serve` binary runs.
 """
@@ -27,8 +27,8 @@ from smart_replay.remote import requests
 from smart_replay.remote import checkpoint_schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 from smart_replay.utils import checks
 from smart_replay.utils import ports
 

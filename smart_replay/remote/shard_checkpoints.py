@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Protocol
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import handlers
-from smart_replay.server import control as control_lib
+from smart_replay.control import channel as control_lib
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
 

@@ -15,8 +15,8 @@ import reverb
 
 from smart_replay import errors
 from smart_replay.backends import starter as starter_lib
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 from smart_replay.server import local_server as server_lib
 from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs

@@ -11,8 +11,8 @@ import concurrent.futures
 from typing import Any, Dict, List, Optional
 
 from smart_replay import errors
-from smart_replay.server import control as control_lib
-from smart_replay.server import control_access
+from smart_replay.control import channel as control_lib
+from smart_replay.control import access as control_access
 from smart_replay.tools import inspection
 
 # Table counts summed over the shards.

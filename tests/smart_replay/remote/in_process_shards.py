@@ -7,7 +7,7 @@ import pytest
 
 import smart_replay
 from smart_replay.remote import replay_server as serve
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import remote_workers

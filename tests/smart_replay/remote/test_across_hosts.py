@@ -34,7 +34,7 @@ import secrets
 import sys
 import time
 
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 from tests.smart_replay.remote import netns
 from tests.smart_replay.remote.netns import hosts  # pylint: disable=unused-import
 

@@ -33,8 +33,8 @@ from smart_replay.backends import coordinated_checkpoints as coordinated_client
 from smart_replay.remote import handlers
 from smart_replay.remote import replay_server as serve
 from smart_replay.remote import serving_record
-from smart_replay.server import control
-from smart_replay.server import control_access
+from smart_replay.control import channel as control
+from smart_replay.control import access as control_access
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
 from tests import testing

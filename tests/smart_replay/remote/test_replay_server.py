@@ -171,9 +171,9 @@ def test_spec_file_round_trip(tmp_path, data_spec):
 
 
 def test_control_service_refuses_a_port_in_use_and_reraises_errors():
-  from smart_replay.server import control  # pylint: disable=g-import-not-at-top
+  from smart_replay.control import channel as control  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
-  from smart_replay.server import control_access
+  from smart_replay.control import access as control_access
   def fails(request):
     raise smart_replay.WaitTimeoutError(f'took too long: {request}')
   access = control_access.ControlAccess()

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 import smart_replay
-from smart_replay.server import control
-from smart_replay.server import control_access
+from smart_replay.control import channel as control
+from smart_replay.control import access as control_access
 
 
 @pytest.mark.unit

@@ -28,7 +28,7 @@ from absl import logging
 import grpc
 
 from smart_replay import errors
-from smart_replay.server import control_access
+from smart_replay.control import access as control_access
 
 SERVICE = 'smart_replay.Control'
 # A request is a small JSON object; an answer may list a table's items.
