@@ -49,6 +49,24 @@ class BufferInUseError(SmartReplayError, RuntimeError):
     self.holder = dict(holder or {})
 
 
+class UnsafeBufferDirError(SmartReplayError, PermissionError):
+  """A buffer folder another Unix user could change is refused.
+
+  It (or a folder above it) belongs to another user or is writable by group
+  or others, or it, or one of the entries the buffer uses (`orphaned/`,
+  `control.token`, ...), is a symbolic link; see
+  `smart_replay.storage.ownership`. The message names the path, what is
+  wrong and the fix (`chmod go-w ...`, or a folder you own).
+
+  Attributes:
+    folder: the refused buffer folder.
+  """
+
+  def __init__(self, message, folder=None):
+    super().__init__(message)
+    self.folder = folder
+
+
 class ManifestMismatchError(SmartReplayError, ValueError):
   """A checkpoint was written with a configuration other than the requested one.
 

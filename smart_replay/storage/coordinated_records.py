@@ -34,7 +34,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from absl import logging
 
@@ -42,6 +42,7 @@ from smart_replay import errors
 from smart_replay.storage import durable
 from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import ownership
 
 RECORDS_DIR = 'coordinated'
 # The key of a shard checkpoint's manifest `extra` holding its coordinated id.
@@ -187,22 +188,49 @@ def check_record(record: Any, *, now: Optional[float] = None
   return record
 
 
-def retention_group(manifest: Dict[str, Any]) -> str:
+# The retention group of coordinated checkpoints no record names (yet):
+# phase 1 of a save in progress, or of one that never committed. It keeps
+# `KEEP_UNCOMMITTED` (the save in progress), so uncommitted saves never
+# prune a committed one.
+UNCOMMITTED_GROUP = 'coordinated, uncommitted'
+KEEP_UNCOMMITTED = 1
+
+
+def retention_group(manifest: Dict[str, Any],
+                    committed: Optional[Set[str]] = None) -> str:
   """Which retention group a checkpoint belongs to (each keeps its newest
   `keep_checkpoints`, so one group's saves never prune another's).
 
   Args:
     manifest: a checkpoint's manifest.
+    committed: the coordinated ids a record names (`recorded_ids`); None:
+      count every coordinated checkpoint as committed.
 
   Returns:
-    'coordinated' (tagged with a coordinated id), 'requested' (a client
-    asked for it over the network, `REQUESTED_KEY`), or 'own' (the buffer's
-    own: scheduled, final, local calls).
+    'coordinated' (tagged with a committed coordinated id),
+    `UNCOMMITTED_GROUP` (tagged with an id no record names), 'requested' (a
+    client asked for it over the network, `REQUESTED_KEY`), or 'own' (the
+    buffer's own: scheduled, final, local calls).
   """
   extra = manifest.get('extra') or {}
   if extra.get(EXTRA_KEY):
+    if committed is not None and extra[EXTRA_KEY] not in committed:
+      return UNCOMMITTED_GROUP
     return 'coordinated'
   return 'requested' if extra.get(REQUESTED_KEY) else 'own'
+
+
+def recorded_ids(buffer_dir: str) -> Set[str]:
+  """The coordinated ids this shard holds a record of (by file name).
+
+  Args:
+    buffer_dir: this shard's buffer directory.
+
+  Returns:
+    The ids.
+  """
+  return {name[:-len('.json')] for name in _names(
+      os.path.join(buffer_dir, RECORDS_DIR))}
 
 
 def tagged_checkpoint(buffer_dir: str, coordinated_id: str) -> Optional[str]:
@@ -258,9 +286,11 @@ def write_record(buffer_dir: str, record: Dict[str, Any], *,
       `.tmp` file may be, which `read_records` ignores).
   """
   now = time.time()
-  record = dict(check_record(record, now=now), recorded_unix=now)
-  folder = os.path.join(buffer_dir, RECORDS_DIR)
-  os.makedirs(folder, exist_ok=True)
+  # Checked as stored, stamp included: a record that fits only without it
+  # would be refused by every read.
+  record = check_record(dict(check_record(record, now=now), recorded_unix=now),
+                        now=now)
+  folder = ownership.private_dir(os.path.join(buffer_dir, RECORDS_DIR))
   path = os.path.join(folder, f'{record["id"]}.json')
   manifest_lib.write(path, record)  # Temporary file, fsync, rename.
   durable.fsync_dir(folder)
@@ -290,8 +320,29 @@ def read_records(buffer_dir: str) -> List[Dict[str, Any]]:
         raise ValueError(f'its id {record["id"]!r} is not its file name')
       records.append(record)
     except (OSError, ValueError, RecursionError) as e:
-      logging.warning('Skipping the coordinated record %s: %s', path, e)
+      _warn_once(path, e)
   return records
+
+
+# The bad record files already logged, by (path, size, mtime): a file is
+# logged once, however often records are listed (only logging uses it).
+_WARNED: Dict[Any, None] = {}
+_MAX_WARNED = 4096
+
+
+def _warn_once(path: str, error: Exception) -> None:
+  """Logs that a record file is skipped, once per version of the file."""
+  try:
+    info = os.lstat(path)
+    key = (path, info.st_size, info.st_mtime_ns)
+  except OSError:
+    key = (path, None, None)
+  if key in _WARNED:
+    return
+  if len(_WARNED) >= _MAX_WARNED:
+    _WARNED.clear()
+  _WARNED[key] = None
+  logging.warning('Skipping the coordinated record %s: %s', path, error)
 
 
 def _by_write_time(folder: str) -> List[str]:
@@ -338,8 +389,10 @@ def newest_common(per_shard: List[List[Dict[str, Any]]],
     common &= set.intersection(*[set(ids) for ids in usable])
   if not common:
     return None
-  newest = max(common)  # Ids start with the UTC time.
-  return next(r for r in per_shard[0] if r['id'] == newest)
+  # The newest by the first shard's clock when it stored the record (an id's
+  # time is the learner's, and a token holder chooses it); then by id.
+  candidates = [r for r in per_shard[0] if r['id'] in common]
+  return max(candidates, key=lambda r: (r.get('recorded_unix', 0.0), r['id']))
 
 
 def _names(folder: str) -> List[str]:

@@ -15,14 +15,23 @@ checkpoint is never mistaken for a damaged one.
 save, a damaged checkpoint) into `<root>/orphaned/` for inspection, and keeps
 only the newest `keep_orphaned` entries there, so repeated crashes cannot fill
 the disk.
+
+Nothing here follows a symbolic link: entries are looked at with `lstat`, a
+link found where a folder is deleted is removed itself (never what it points
+to), and a folder that holds what is deleted (`orphaned/`, `checkpoints/`)
+must be a real folder, not a link another user planted
+(`errors.UnsafeBufferDirError` otherwise, see `ownership`).
 """
 
 import os
 import shutil
+import stat
 import time
 from typing import List, Optional
 
 from absl import logging
+
+from smart_replay.storage import ownership
 
 ORPHANED_DIR = 'orphaned'
 # Entries `orphaned/` keeps (the newest); older ones are deleted.
@@ -55,9 +64,11 @@ def fsync_tree(path: str) -> None:
   Raises:
     OSError: if a file cannot be read or synced (e.g. an I/O error).
   """
-  for folder, _, files in os.walk(path, topdown=False):
+  for folder, _, files in os.walk(path, topdown=False):  # Links not followed.
     for name in files:
-      fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+      if os.path.islink(os.path.join(folder, name)):
+        continue  # Not ours to sync (Reverb writes no links).
+      fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW)
       try:
         os.fsync(fd)
       finally:
@@ -70,37 +81,45 @@ def remove_tree(path: str) -> None:
 
   The folder is renamed to `.deleting-<name>` beside it first (atomic); a
   crash during the deletion leaves only that name, which
-  `remove_interrupted_deletions` removes later.
+  `remove_interrupted_deletions` removes later. A link at `path` is removed
+  itself; what it points to is left alone.
 
   Args:
     path: a folder; nothing happens if it does not exist.
 
   Raises:
+    UnsafeBufferDirError: if the folder holding `path` is a symbolic link.
     OSError: if the rename fails.
   """
-  if not os.path.lexists(path):
+  parent, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+  if not ownership.real_folder(parent):
     return
-  parent, name = os.path.split(os.path.normpath(path))
+  try:
+    info = os.lstat(path)
+  except FileNotFoundError:
+    return
+  if not stat.S_ISDIR(info.st_mode):  # A link (or a file): remove just it.
+    os.remove(path)
+    return
   doomed = os.path.join(parent, _DELETING + name)
   os.replace(path, doomed)
-  shutil.rmtree(doomed, ignore_errors=True)
+  shutil.rmtree(doomed, ignore_errors=True)  # Never follows links inside.
 
 
 def remove(path: Optional[str]) -> None:
   """Removes a file, or a folder with `remove_tree`; nothing if missing.
 
+  A link is removed itself, never what it points to.
+
   Args:
     path: what to remove, or None.
 
   Raises:
+    UnsafeBufferDirError: if the folder holding `path` is a symbolic link.
     OSError: if the removal fails.
   """
-  if not path:
-    return
-  if os.path.isdir(path) and not os.path.islink(path):
+  if path:
     remove_tree(path)
-  elif os.path.lexists(path):
-    os.remove(path)
 
 
 def remove_interrupted_deletions(folder: str) -> List[str]:
@@ -111,13 +130,23 @@ def remove_interrupted_deletions(folder: str) -> List[str]:
 
   Returns:
     The paths removed.
+
+  Raises:
+    UnsafeBufferDirError: if `folder` is a symbolic link.
   """
   removed = []
-  if os.path.isdir(folder):
+  if ownership.real_folder(folder):
     for name in os.listdir(folder):
       if name.startswith(_DELETING):
-        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-        removed.append(os.path.join(folder, name))
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path, ignore_errors=True)
+        else:  # A link (removed itself, never followed) or a file.
+          try:
+            os.remove(path)
+          except FileNotFoundError:
+            continue
+        removed.append(path)
   return removed
 
 
@@ -139,10 +168,10 @@ def set_aside(root: str, path: str, *, reason: str,
     Where `path` now is.
 
   Raises:
+    UnsafeBufferDirError: if `<root>/orphaned` is a symbolic link.
     OSError: if the move fails.
   """
-  aside = os.path.join(root, ORPHANED_DIR)
-  os.makedirs(aside, exist_ok=True)
+  aside = ownership.private_dir(os.path.join(root, ORPHANED_DIR))
   name = os.path.basename(os.path.normpath(path))
   target, suffix = os.path.join(aside, name), 1
   while os.path.lexists(target):
@@ -150,7 +179,8 @@ def set_aside(root: str, path: str, *, reason: str,
     target = os.path.join(aside, f'{name}.{suffix}')
   os.replace(path, target)
   now = time.time()
-  os.utime(target, (now, now))  # Its time in orphaned/ is when it came.
+  # Its time in orphaned/ is when it came.
+  os.utime(target, (now, now), follow_symlinks=False)
   logging.warning('Moved %s to %s: %s.', path, target, reason)
   bound_orphaned(root, keep_orphaned=keep_orphaned)
   return target
@@ -165,14 +195,17 @@ def bound_orphaned(root: str, *, keep_orphaned: int = KEEP_ORPHANED
     keep_orphaned: entries to keep (>= 1).
 
   Returns:
-    The paths deleted.
+    The paths deleted (a link among them is removed itself).
+
+  Raises:
+    UnsafeBufferDirError: if `<root>/orphaned` is a symbolic link.
   """
   aside = os.path.join(root, ORPHANED_DIR)
-  if not os.path.isdir(aside):
+  if not ownership.real_folder(aside):
     return []
   remove_interrupted_deletions(aside)
   entries = sorted((os.path.join(aside, n) for n in os.listdir(aside)),
-                   key=os.path.getmtime, reverse=True)
+                   key=lambda p: os.lstat(p).st_mtime, reverse=True)
   deleted = entries[keep_orphaned:]
   for path in deleted:
     remove(path)

@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional
 from absl import logging
 
 from smart_replay import errors
+from smart_replay.storage import ownership
 
 LOCK_FILE = '.lock'
 
@@ -53,7 +54,7 @@ class BufferLock:
   Use as a context manager or call `acquire()` / `release()`.
 
   Args:
-    directory: the buffer directory (created if missing).
+    directory: the buffer directory (created, mode 0700, if missing).
 
   Raises:
     ValueError: if `directory` is empty.
@@ -85,12 +86,14 @@ class BufferLock:
     Raises:
       BufferInUseError: if another manager (any process, this one included)
         holds it; names the holder's pid, host and start time.
+      UnsafeBufferDirError: if another user could change the directory
+        (`ownership.own_buffer_dir`; names it and the fix).
       OSError: if the directory or lock file cannot be created.
     """
     if self._fd is not None:
       return self
-    os.makedirs(self._directory, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    ownership.own_buffer_dir(self._directory)  # Checked again at each start.
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

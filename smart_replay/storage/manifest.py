@@ -62,12 +62,18 @@ def build_manifest(config: dict, *, counts: dict, files: dict,
 def write(path: str, manifest: dict) -> None:
   """Writes `manifest` to `path` atomically (temp file, fsync, rename).
 
+  The file has mode 0600 (only its owner reads it), whatever the umask; a
+  link in the temporary file's place is not followed (`OSError`).
+
   Args:
     path: destination file path.
     manifest: the manifest dict.
   """
   tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+               0o600)
+  os.fchmod(fd, 0o600)  # Also when a crash left an older temporary file.
+  with os.fdopen(fd, 'w') as f:
     json.dump(manifest, f, indent=2, sort_keys=True)
     f.flush()
     os.fsync(f.fileno())

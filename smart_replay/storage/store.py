@@ -22,6 +22,7 @@ from smart_replay.storage import durable
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import ownership
 from smart_replay.utils import checks
 
 _INCOMING = '.incoming-'
@@ -33,19 +34,24 @@ COMMIT_STEPS = ('reverb_written', 'moved', 'hashed', 'manifest_written',
 class CheckpointStore:
   """The checkpoint layout of one buffer directory (see module docstring).
 
+  The directory is made (mode 0700) and checked to be this user's own
+  (`ownership.own_buffer_dir`) before anything in it is read.
+
   Args:
     root: the buffer's `checkpoint_dir`.
     keep: how many complete checkpoints to keep (>= 1).
 
   Raises:
     ValueError: if `keep` < 1 or `root` is empty.
+    UnsafeBufferDirError: if another user could change the directory (names
+      it, what is wrong and the fix).
   """
 
   def __init__(self, root: str, *, keep: int = 2):
     if not root:
       raise ValueError(f'checkpoint_dir must be a non-empty path, got {root!r}.')
     checks.positive('keep_checkpoints', keep, integer=True)
-    self.root = os.path.abspath(root)
+    self.root = ownership.own_buffer_dir(root)
     self.keep = keep
     # Checkpoint folder -> file fingerprint when it last verified.
     self._good = {}
@@ -101,14 +107,15 @@ class CheckpointStore:
         overwrite is still there (inspect it, then delete it).
     """
     aside = os.path.join(self.root, checkpoint_folders.REPLACED_DIR)
-    if os.path.exists(aside):
+    if os.path.lexists(aside):
       raise FileExistsError(
           f'{aside} holds data set aside by an interrupted overwrite; move or '
           'delete it before overwriting again.')
     moves = []
     for path in self.existing_data():
       target = os.path.join(aside, os.path.relpath(path, self.root))
-      os.makedirs(os.path.dirname(target), exist_ok=True)
+      ownership.private_dir(aside)
+      ownership.private_dir(os.path.dirname(target))
       os.replace(path, target)
       moves.append((path, target))
     return moves
@@ -120,7 +127,7 @@ class CheckpointStore:
       moves: what `set_aside` returned.
     """
     for original, moved_to in reversed(moves):
-      os.makedirs(os.path.dirname(original), exist_ok=True)
+      ownership.private_dir(os.path.dirname(original))
       os.replace(moved_to, original)
     shutil.rmtree(os.path.join(self.root, checkpoint_folders.REPLACED_DIR),
                   ignore_errors=True)
@@ -144,8 +151,7 @@ class CheckpointStore:
       The Reverb root path.
     """
     self.recover()
-    os.makedirs(self.reverb_root, exist_ok=True)
-    return self.reverb_root
+    return ownership.private_dir(self.reverb_root)
 
   def recover(self) -> List[str]:
     """Cleans up after saves that a crash (or a failure) interrupted.
@@ -250,7 +256,7 @@ class CheckpointStore:
     incoming = final = None
     try:
       durable.fsync_tree(reverb_path)
-      os.makedirs(self.checkpoints_dir, exist_ok=True)
+      ownership.private_dir(self.checkpoints_dir)
       existing = self.checkpoints()
       number = (checkpoint_folders.checkpoint_number(existing[-1]) + 1
                 if existing else 1)
@@ -316,7 +322,9 @@ class CheckpointStore:
     """Keeps the newest `keep` checkpoints that verify in each retention
     group (`coordinated_records.retention_group`): the buffer's own, coordinated
     ones, and those clients asked for over the network, so that a flood of
-    client requests never prunes a checkpoint the server made.
+    client requests never prunes a checkpoint the server made. Coordinated
+    checkpoints no record names keep only the newest (a save in progress),
+    so uncommitted saves never prune a committed one.
 
     A checkpoint that does not verify is never counted as kept: it is set
     aside to `orphaned/` (bounded, see `durable.set_aside`), so retention
@@ -327,13 +335,17 @@ class CheckpointStore:
       OSError: if moving or deleting fails.
     """
     kept = {}  # Checkpoints kept per retention group.
+    committed = coordinated_records.recorded_ids(self.root)
     for path in reversed(self.checkpoints()):
       if not self.is_good(path):
         durable.set_aside(self.root, path, reason='it does not verify')
         self._good.pop(path, None)
         continue
-      group = coordinated_records.retention_group(checkpoint_folders.read_manifest(path))
-      if kept.get(group, 0) < self.keep:
+      group = coordinated_records.retention_group(
+          checkpoint_folders.read_manifest(path), committed)
+      limit = (coordinated_records.KEEP_UNCOMMITTED if
+               group == coordinated_records.UNCOMMITTED_GROUP else self.keep)
+      if kept.get(group, 0) < limit:
         kept[group] = kept.get(group, 0) + 1
       else:
         durable.remove_tree(path)

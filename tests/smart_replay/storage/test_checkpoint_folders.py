@@ -58,14 +58,33 @@ def test_commit_numbers_verifies_and_keeps_last_k(tmp_path):
 
 def test_coordinated_checkpoints_are_kept_apart_from_scheduled_ones(tmp_path):
   store = checkpoint_store.CheckpointStore(str(tmp_path), keep=2)
-  tag = lambda n: {coordinated_records.EXTRA_KEY: f'20261126T0600{n:02d}Z-0000000{n}'}
+  ids = {n: f'20261126T0600{n:02d}Z-0000000{n}' for n in range(1, 6)}
+  tag = lambda n: {coordinated_records.EXTRA_KEY: ids[n]}
+
+  def commit_record(n):  # Phase 2 of a coordinated save: its record.
+    folder = tmp_path / coordinated_records.RECORDS_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    (folder / f'{ids[n]}.json').write_text('{}')
+
   first = _commit(store, 1, extra=tag(1))
+  commit_record(1)
   second = _commit(store, 2, extra=tag(2))
+  commit_record(2)
   scheduled = [_commit(store, n) for n in (3, 4, 5)]
   # Three scheduled saves since: the two coordinated ones are still there.
   assert store.checkpoints() == [first, second] + scheduled[1:]
-  third = _commit(store, 6, extra=tag(3))
-  assert store.checkpoints() == [second] + scheduled[1:] + [third]
+  # The review's C2: coordinated saves that never commit (a crashed learner,
+  # or a token holder's) keep only the newest of them, and never prune a
+  # committed one.
+  uncommitted = [_commit(store, 6, extra=tag(3)),
+                 _commit(store, 7, extra=tag(4))]
+  assert store.checkpoints() == ([first, second] + scheduled[1:] +
+                                 uncommitted[1:])
+  third = _commit(store, 8, extra=tag(5))
+  commit_record(5)
+  _commit(store, 9)  # The next save prunes by the records.
+  assert set(store.checkpoints()) >= {second, third}
+  assert first not in store.checkpoints()
 
 
 def test_verify_detects_damage_and_missing_manifest(tmp_path):

@@ -101,3 +101,27 @@ def test_retention_group_reads_the_manifest_extra():
   assert group({'extra': {coordinated_records.EXTRA_KEY: ID1}}) == 'coordinated'
   assert group({'extra': {coordinated_records.REQUESTED_KEY: True}}) == 'requested'
   assert group({'extra': {}}) == group({}) == 'own'
+  assert group({'extra': {coordinated_records.EXTRA_KEY: ID1}}, {ID2}) == (
+      coordinated_records.UNCOMMITTED_GROUP)
+  assert group({'extra': {coordinated_records.EXTRA_KEY: ID1}}, {ID1}) == (
+      'coordinated')
+
+
+def test_the_newest_record_is_chosen_by_the_servers_clock():
+  """The review's C3: an id a token holder set ahead (within the allowed
+  skew) does not win over a record the server stored later."""
+  ahead = dict(_record('20261126T062100000001Z-aaaaaaaa'), recorded_unix=100.0)
+  later = dict(_record(ID1), recorded_unix=200.0)
+  assert coordinated_records.newest_common([[ahead, later]])['id'] == ID1
+
+
+def test_a_record_is_checked_with_its_stamp(tmp_path):
+  """The review's C4: a record that fits only without the server's stamp is
+  refused when committed, not stored and then skipped by every read."""
+  record = _record(ID1)
+  room = coordinated_records.MAX_RECORD_BYTES - len(json.dumps(record))
+  record['extra'] = {'pad': 'x' * (room - len(', "extra": {"pad": ""}') - 2)}
+  assert len(json.dumps(record)) <= coordinated_records.MAX_RECORD_BYTES
+  with pytest.raises(ValueError, match='its size in bytes'):
+    coordinated_records.write_record(str(tmp_path), record)
+  assert coordinated_records.read_records(str(tmp_path)) == []
