@@ -11,11 +11,29 @@ rather than prompted for). Every connection has `timeout_s` for its TLS
 handshake, run in the connection's own thread, and then `timeout_s` to send
 its whole request, so slow or half-sent requests do not pile up threads.
 Requests are not logged.
+
+Connections are capped: at most `max_connections` (16 by default) are served
+at once, each by its own thread, and at most `max_connections_per_peer` (4)
+from one client address (IPv6: one /64). A connection beyond either cap is
+closed as soon as it is accepted, before a thread starts or a TLS handshake
+begins; refusals are counted (`Endpoint.refused_connections`) and logged in
+one warning line per 10 s at most. So a flood of connections costs at most
+`max_connections` threads and sockets, whatever its size, and the rest of
+the process (other ports, checkpoints) keeps its file descriptors. What the
+caps cannot promise is a slot for a legitimate client: a flood from fewer
+than `max_connections / max_connections_per_peer` addresses, none of them the
+client's, leaves it slots; a flood from the client's own address (e.g.
+another user of the same machine, on 127.0.0.1), or from enough addresses
+(any local user can connect from every 127.0.0.0/8 address), can take every
+slot, each for up to `timeout_s` (twice that over TLS), so that clients are
+refused until it stops. Keep such peers off the port (a firewall rule, e.g.
+nftables' `meta skuid` on one machine).
 """
 
 import errno
 import hmac
 import io
+import ipaddress
 import math
 import os
 import socket
@@ -33,6 +51,13 @@ from smart_replay.control import access as control_access
 
 _PathLike = Union[str, 'os.PathLike[str]']
 _App = Callable[..., Iterable[bytes]]
+
+# Connections served at once, and from one client address, by default.
+MAX_CONNECTIONS = 16
+MAX_CONNECTIONS_PER_PEER = 4
+
+# At most one warning line about refused connections per this many seconds.
+_LOG_EVERY_S = 10.0
 
 
 class _EncryptedKeyError(Exception):
@@ -96,6 +121,67 @@ class _DeadlineReader(io.RawIOBase):
       self._connection.settimeout(self._timeout_s)
 
 
+def peer_key(host: str) -> str:
+  """The client address that `max_connections_per_peer` counts.
+
+  Args:
+    host: a client's address as `accept` gives it, e.g. '10.0.0.7', '::1',
+      '::ffff:10.0.0.7' or 'fe80::1%eth0'.
+
+  Returns:
+    The IPv4 address (of an IPv4-mapped IPv6 one too); for other IPv6
+    addresses their /64 network (a site usually has a whole /64, so its
+    addresses count as one peer), except the loopback '::1'; `host` itself
+    when it is not an IP address.
+  """
+  try:
+    address = ipaddress.ip_address(host.partition('%')[0])
+  except ValueError:
+    return host
+  if address.version == 6:
+    if address.ipv4_mapped is not None:
+      return str(address.ipv4_mapped)
+    if not address.is_loopback:
+      return str(ipaddress.ip_network((address, 64), strict=False))
+  return str(address)
+
+
+class _Refusals:
+  """Counts refused connections; logs at most one line per `_LOG_EVERY_S`.
+
+  Used by the serving thread only: refusals happen there, and so does the
+  `flush` of a count not yet logged (socketserver's `service_actions`).
+  """
+
+  def __init__(self, name: str, max_connections: int, max_per_peer: int):
+    self.total = 0
+    self._name = name.capitalize()
+    self._caps = (max_connections, max_per_peer)
+    self._pending = 0
+    self._latest = ''
+    self._last = -math.inf
+
+  def refused(self, why: str) -> None:
+    """Counts one refused connection; `why` names its peer and the cap."""
+    self.total += 1
+    self._pending += 1
+    self._latest = why
+    self.flush()
+
+  def flush(self) -> None:
+    """Logs the refusals not logged yet, unless one was logged lately."""
+    now = time.monotonic()
+    if not self._pending or now - self._last < _LOG_EVERY_S:
+      return
+    count, self._pending, self._last = self._pending, 0, now
+    logging.warning(
+        '%s endpoint: refused %d connection(s) (%d since it started; at '
+        'most one such line per %g s): it serves at most %d at once and %d '
+        'per client address. The latest: %s.', self._name, count,
+        self.total, _LOG_EVERY_S, self._caps[0], self._caps[1],
+        self._latest)
+
+
 class _Handler(simple_server.WSGIRequestHandler):
   """Serves one request: silent (as prometheus_client's), with a deadline."""
 
@@ -110,11 +196,13 @@ class _Handler(simple_server.WSGIRequestHandler):
 
 
 class _Server(exposition.ThreadingWSGIServer):
-  """prometheus_client's threading WSGI server, with timeouts and TLS.
+  """prometheus_client's threading WSGI server, with timeouts, caps and TLS.
 
-  One daemon thread per connection (as prometheus_client's); each
-  connection gets a socket timeout, and its TLS handshake runs in its own
-  thread.
+  One daemon thread per connection (as prometheus_client's), for at most
+  `max_connections` connections at once and `max_per_peer` per client
+  address: the serving thread closes any other connection right after
+  accepting it (`verify_request`). Each connection gets a socket timeout,
+  and its TLS handshake runs in its own thread.
   """
 
   # socketserver's default backlog, 5, drops the SYNs of a burst of
@@ -122,17 +210,69 @@ class _Server(exposition.ThreadingWSGIServer):
   request_queue_size = 128
 
   def __init__(self, address: tuple, family: int, timeout_s: float,
-               tls_context: Optional[ssl.SSLContext], name: str):
+               tls_context: Optional[ssl.SSLContext], name: str,
+               max_connections: int, max_per_peer: int):
     self.address_family = family
     self.connection_timeout_s = timeout_s
     self._tls_context = tls_context
     self._name = name
+    self._slots = threading.BoundedSemaphore(max_connections)
+    self._max_connections = max_connections
+    self._max_per_peer = max_per_peer
+    self._lock = threading.Lock()  # Guards _open.
+    self._open = {}  # Open connections by peer_key.
+    self.refusals = _Refusals(name, max_connections, max_per_peer)
     super().__init__(address, _Handler)
 
   def get_request(self) -> tuple:
     connection, address = self.socket.accept()
     connection.settimeout(self.connection_timeout_s)
     return connection, address
+
+  def verify_request(self, request: Any, client_address: Any) -> bool:
+    """Takes a slot for the connection, or refuses it (it is then closed)."""
+    peer = peer_key(client_address[0])
+    with self._lock:
+      held = self._open.get(peer, 0)
+      admitted = (held < self._max_per_peer and
+                  self._slots.acquire(blocking=False))
+      if admitted:
+        self._open[peer] = held + 1
+    if not admitted:
+      self.refusals.refused(
+          f'{peer}, which had {held} open' if held >= self._max_per_peer
+          else f'{peer}, while all {self._max_connections} were open')
+    return admitted
+
+  def _release(self, client_address: Any) -> None:
+    peer = peer_key(client_address[0])
+    with self._lock:
+      held = self._open[peer] - 1
+      if held:
+        self._open[peer] = held
+      else:
+        del self._open[peer]
+      self._slots.release()
+
+  def process_request(self, request: Any, client_address: Any) -> None:
+    try:  # Starts the connection's thread, which gives its slot back ...
+      super().process_request(request, client_address)
+    except BaseException:  # ... unless it could not start.
+      self._release(client_address)
+      raise
+
+  def process_request_thread(self, request: Any, client_address: Any
+                             ) -> None:
+    try:
+      super().process_request_thread(request, client_address)
+    finally:  # The connection is closed by now.
+      self._release(client_address)
+
+  def service_actions(self) -> None:
+    # Runs in the serving thread at least every 0.5 s: logs the last
+    # refusals of a flood that has stopped.
+    super().service_actions()
+    self.refusals.flush()
 
   def finish_request(self, request: Any, client_address: Any) -> None:
     if self._tls_context is None:
@@ -239,6 +379,11 @@ class Endpoint:
     """The port it listens on."""
     return self._httpd.server_port
 
+  @property
+  def refused_connections(self) -> int:
+    """Connections refused for a cap (see `serve`) since serving began."""
+    return self._httpd.refusals.total
+
   def url(self, path: str) -> str:
     """A URL of the app on the host it was bound to.
 
@@ -268,7 +413,10 @@ def serve(app: _App, *, name: str, port: int, host: str = '127.0.0.1',
           tls_key_file: Optional[_PathLike] = None,
           tls_client_ca_file: Optional[_PathLike] = None,
           allow_unauthenticated_remote: bool = False,
-          timeout_s: float = 10.0, token_hint: str = '') -> Endpoint:
+          timeout_s: float = 10.0, token_hint: str = '',
+          max_connections: int = MAX_CONNECTIONS,
+          max_connections_per_peer: int = MAX_CONNECTIONS_PER_PEER
+          ) -> Endpoint:
   """Serves a WSGI app over HTTP(S) in a daemon thread, hardened.
 
   Args:
@@ -295,6 +443,11 @@ def serve(app: _App, *, name: str, port: int, host: str = '127.0.0.1',
       slower or half-sent request is dropped and its thread ends.
     token_hint: how clients send the token (e.g. a client's setting), put in
       parentheses after `token` in the protected-mode error; '' for none.
+    max_connections: connections served at once (one thread each); more
+      are closed as soon as they are accepted, before any TLS handshake.
+    max_connections_per_peer: connections served at once from one client
+      address (`peer_key`: IPv6 per /64), at most `max_connections`; more
+      are closed the same way, so that one address cannot take every slot.
 
   Returns:
     The running endpoint: its port and URLs; `close()` stops it.
@@ -304,8 +457,10 @@ def serve(app: _App, *, name: str, port: int, host: str = '127.0.0.1',
       already in use, a `host` that does not resolve to a local address, an
       empty `token` or one with whitespace, only one of `tls_cert_file` /
       `tls_key_file`, a missing, unloadable or encrypted TLS file, a
-      non-positive `timeout_s`; or a non-loopback `host` without
-      authentication (protected mode).
+      non-positive `timeout_s`, a `max_connections` or
+      `max_connections_per_peer` that is not a positive integer, or a
+      `max_connections_per_peer` above `max_connections`; or a non-loopback
+      `host` without authentication (protected mode).
   """
   port_name = f'{name}_port'
   if isinstance(port, bool) or not isinstance(port, int) or not (
@@ -320,6 +475,15 @@ def serve(app: _App, *, name: str, port: int, host: str = '127.0.0.1',
       not math.isfinite(timeout_s) or timeout_s <= 0):
     raise ValueError(f'timeout_s must be a positive number of seconds, '
                      f'got {timeout_s!r}.')
+  for what, cap in (('max_connections', max_connections),
+                    ('max_connections_per_peer', max_connections_per_peer)):
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+      raise ValueError(f'{what} must be a positive integer (connections '
+                       f'served at once), got {cap!r}.')
+  if max_connections_per_peer > max_connections:
+    raise ValueError(
+        f'max_connections_per_peer must be at most max_connections='
+        f'{max_connections}, got {max_connections_per_peer!r}.')
   _check_token(token)
   cert_file = _file_argument('tls_cert_file', tls_cert_file)
   key_file = _file_argument('tls_key_file', tls_key_file)
@@ -359,7 +523,8 @@ def serve(app: _App, *, name: str, port: int, host: str = '127.0.0.1',
   if token is not None:
     app = _require_bearer(app, token, name)
   try:
-    httpd = _Server((sockaddr[0], port), family, float(timeout_s), tls, name)
+    httpd = _Server((sockaddr[0], port), family, float(timeout_s), tls, name,
+                    max_connections, max_connections_per_peer)
   except OSError as e:
     if e.errno == errno.EADDRINUSE:
       raise ValueError(f'{port_name} {port} on {host} is already in use; '

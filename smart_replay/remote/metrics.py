@@ -23,7 +23,16 @@ polling thread):
   tell writers from samplers, so this counts every connected client (actors,
   learners, and this server's own client);
 - `smart_replay_server_info` (labels `address`, `layout`, `checkpoint_dir`)
-  and `smart_replay_up` (0 when the buffer did not answer the scrape).
+  and `smart_replay_up` (0 when the buffer did not answer the scrape);
+- `smart_replay_metrics_refused_connections_total`: connections this
+  endpoint refused for its connection caps (below).
+
+The endpoint of a `ReplayServer` that serves without authentication (neither
+`token` nor `tls_client_ca_file`) hides this machine's paths, host name and
+ports from its labels, as the control service hides them from its answers
+without a token (`handlers.redact`): `checkpoint_dir="<buffer>"` and
+`address="<address>"`. (The sharded view of a client keeps each shard's
+`address`: the addresses that process was given to connect to.)
 
 The endpoint binds to 127.0.0.1 unless told otherwise: unlike Reverb, it can.
 Bound to any other address it needs authentication (protected mode): a bearer
@@ -32,18 +41,23 @@ client certificates (`tls_client_ca_file`; Prometheus: `tls_config`), unless
 `allow_unauthenticated_remote=True`. `tls_cert_file` and `tls_key_file` serve
 HTTPS. Every connection has `timeout_s` for its TLS handshake and then
 `timeout_s` to send its whole request, so slow or half-sent requests do not
-pile up threads. The serving itself is `http_server.serve`'s.
+pile up threads. At most `max_connections` (16) connections are served at
+once, and `max_connections_per_peer` (4) from one client address; others are
+closed as soon as they are accepted, so a flood of connections holds at most
+16 threads and sockets (it can still keep scrapes out while it lasts: see
+`http_server`). The serving itself is `http_server.serve`'s.
 """
 
 import os
 import time
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import prometheus_client
 from prometheus_client import core as prometheus_core
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
+from smart_replay.remote import handlers
 from smart_replay.remote import http_server
 
 # (metric name, kind, where stats() has it, help text), per table.
@@ -96,10 +110,17 @@ def reverb_connections(port: int) -> Optional[int]:
 
 
 class _Collector:
-  """Reads the served buffer at every scrape."""
+  """Reads the served buffer at every scrape.
 
-  def __init__(self, server: Any):
+  Args:
+    server: the `ReplayServer`.
+    redact: hide the buffer's path and the server's address from the labels
+      (for scrapes nobody authenticated).
+  """
+
+  def __init__(self, server: Any, *, redact: bool):
     self._server = server
+    self._redact = redact
 
   def collect(self) -> Iterator[Any]:
     """Yields the metric families (see the module docstring)."""
@@ -118,9 +139,13 @@ class _Collector:
     yield up
     info = prometheus_core.InfoMetricFamily(
         'smart_replay_server', 'The served buffer.')
-    info.add_metric([], {'address': server.address,
-                         'layout': manager.layout or '',
-                         'checkpoint_dir': manager.checkpoint_dir or ''})
+    address, checkpoint_dir = server.address, manager.checkpoint_dir or ''
+    if self._redact:  # Host name and port; the path as '<buffer>'.
+      address = '<address>'
+      if checkpoint_dir:
+        checkpoint_dir = handlers.redact(checkpoint_dir, root=checkpoint_dir)
+    info.add_metric([], {'address': address, 'layout': manager.layout or '',
+                         'checkpoint_dir': checkpoint_dir})
     yield info
     yield from _table_families(stats['tables'])
     yield from _checkpoint_families(server.schedule, time.monotonic())
@@ -176,6 +201,22 @@ class _ShardsCollector:
     yield shard_up
     yield down
     yield from per_table.values()
+
+
+class _RefusedCollector:
+  """Reports the connections the endpoint refused for its caps."""
+
+  def __init__(self, refused: Callable[[], int]):
+    self._refused = refused
+
+  def collect(self) -> Iterator[Any]:
+    """Yields `smart_replay_metrics_refused_connections_total`."""
+    family = prometheus_core.CounterMetricFamily(
+        'smart_replay_metrics_refused_connections', 'Connections this '
+        'metrics endpoint closed unserved: too many at once, or from one '
+        'client address.')
+    family.add_metric([], self._refused())
+    yield family
 
 
 def _table_families(tables: Any) -> Iterator[Any]:
@@ -248,17 +289,24 @@ class MetricsEndpoint:
       with `cert_file` and `key_file`). Needs `tls_cert_file`.
     allow_unauthenticated_remote: serve on a non-loopback `host` with
       neither `token` nor `tls_client_ca_file` (anyone who can reach the
-      port reads the metrics).
+      port reads the metrics, with the buffer's path and the server's
+      address hidden, as without authentication on any host).
     timeout_s: seconds a connection has for its TLS handshake, then for
       sending its whole request, and for each write of the response; a
       slower or half-sent request is dropped and its thread ends.
+    max_connections: connections served at once (a thread each); others
+      are closed as soon as they are accepted, before any TLS handshake.
+    max_connections_per_peer: connections served at once from one client
+      address (IPv6: one /64), at most `max_connections`.
 
   Raises:
     ValueError: if an argument is invalid (named): `port` out of range or
       already in use, a `host` that does not resolve to a local address, an
       empty `token`, only one of `tls_cert_file` / `tls_key_file`, a missing
-      or unloadable TLS file, a non-positive `timeout_s`; or a non-loopback
-      `host` without authentication (protected mode).
+      or unloadable TLS file, a non-positive `timeout_s`, a connection cap
+      that is not a positive integer or a per-peer cap above
+      `max_connections`; or a non-loopback `host` without authentication
+      (protected mode).
   """
 
   def __init__(self, server: Any, *, port: int, host: str = '127.0.0.1',
@@ -267,24 +315,37 @@ class MetricsEndpoint:
                tls_key_file: Optional[_PathLike] = None,
                tls_client_ca_file: Optional[_PathLike] = None,
                allow_unauthenticated_remote: bool = False,
-               timeout_s: float = 10.0):
+               timeout_s: float = 10.0,
+               max_connections: int = http_server.MAX_CONNECTIONS,
+               max_connections_per_peer: int = (
+                   http_server.MAX_CONNECTIONS_PER_PEER)):
+    authenticated = token is not None or tls_client_ca_file is not None
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(
         _ShardsCollector(server)
         if isinstance(server, manager_lib.ReplayBufferManager)
-        else _Collector(server))
+        else _Collector(server, redact=not authenticated))
     self._registry = registry
     self._http = http_server.serve(
         prometheus_client.make_wsgi_app(registry), name='metrics', port=port,
         host=host, token=token, tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file, tls_client_ca_file=tls_client_ca_file,
         allow_unauthenticated_remote=allow_unauthenticated_remote,
-        timeout_s=timeout_s, token_hint=_TOKEN_HINT)
+        timeout_s=timeout_s, token_hint=_TOKEN_HINT,
+        max_connections=max_connections,
+        max_connections_per_peer=max_connections_per_peer)
+    registry.register(_RefusedCollector(
+        lambda: self._http.refused_connections))
 
   @property
   def port(self) -> int:
     """The port the endpoint listens on."""
     return self._http.port
+
+  @property
+  def refused_connections(self) -> int:
+    """Connections refused for the caps since serving began."""
+    return self._http.refused_connections
 
   @property
   def url(self) -> str:

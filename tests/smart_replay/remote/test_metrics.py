@@ -1,10 +1,14 @@
 """The Prometheus endpoint of a served buffer, scraped as Prometheus would."""
 
+import http.client
+import logging
+import os
 import select
 import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -14,6 +18,7 @@ from prometheus_client import parser
 import pytest
 
 import smart_replay
+from smart_replay.remote import http_server
 from smart_replay.remote import metrics
 from smart_replay.remote import replay_server
 from tests import testing
@@ -156,7 +161,10 @@ def test_token_is_required_on_every_request(served):
 
 
 def test_half_sent_requests_time_out_and_free_their_threads(served):
-  with metrics.MetricsEndpoint(served, port=0, timeout_s=1) as endpoint:
+  # Caps above the 100 connections: this is about the deadline alone.
+  with metrics.MetricsEndpoint(served, port=0, timeout_s=1,
+                               max_connections=128,
+                               max_connections_per_peer=128) as endpoint:
     baseline = threading.active_count()
     clients = []
     try:
@@ -370,3 +378,229 @@ def test_arguments_are_checked_before_serving(served, pki, tmp_path):
   for timeout_s in (0, -1.0, float('inf'), '10'):
     with pytest.raises(ValueError, match=f'timeout_s .*{timeout_s!r}'):
       metrics.MetricsEndpoint(served, port=0, timeout_s=timeout_s)
+
+
+def _info_labels(scraped):
+  (labels,) = [dict(k[1]) for k in scraped
+               if k[0] == 'smart_replay_server_info']
+  return labels
+
+
+def test_labels_hide_paths_and_address_without_authentication(served):
+  buffer_dir = served.manager.checkpoint_dir
+  with metrics.MetricsEndpoint(served, port=0) as endpoint:
+    _, _, text = _get(endpoint.url)
+    labels = _info_labels(_scrape(endpoint.url))
+  assert labels['checkpoint_dir'] == '<buffer>'
+  assert labels['address'] == '<address>'
+  assert labels['layout'] == 'packed'
+  for secret in (buffer_dir, os.path.realpath(buffer_dir), served.address,
+                 socket.gethostname()):
+    assert secret not in text
+  # Callers who show the token see them.
+  with metrics.MetricsEndpoint(served, port=0, token='t0ken') as endpoint:
+    labels = _info_labels(_scrape(endpoint.url, token='t0ken'))
+  assert labels['checkpoint_dir'] == buffer_dir
+  assert labels['address'] == served.address
+
+
+# Opens half-sent requests to a port, as another process (an attacker would
+# be one): argv[1] the port, then `<source address>=<count>` pairs. Prints
+# 'opened' once every connection is made; then, for each line it reads,
+# the number of its connections the server has closed; exits at EOF.
+_FLOODER = r"""
+import select, socket, sys
+port, sockets = int(sys.argv[1]), []
+for pair in sys.argv[2:]:
+  source, count = pair.split('=')
+  for _ in range(int(count)):
+    s = socket.socket()
+    s.settimeout(30)
+    s.bind((source, 0))
+    s.connect(('127.0.0.1', port))
+    s.sendall(b'GET /metrics HTTP/1.1\r\nHost: x\r\n')
+    sockets.append(s)
+print('opened', flush=True)
+closed = set()
+for _ in sys.stdin:
+  for s in sockets:
+    if s not in closed and select.select([s], [], [], 0)[0]:
+      try:
+        if not s.recv(1):
+          closed.add(s)
+      except OSError:
+        closed.add(s)
+  print(len(closed), flush=True)
+"""
+
+
+class _Flood:
+  """A flooding process: half-sent requests from loopback addresses."""
+
+  def __init__(self, port, **counts):
+    self._process = subprocess.Popen(
+        [sys.executable, '-c', _FLOODER, str(port)] +
+        [f'{source}={n}' for source, n in counts.items()],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert self._process.stdout.readline() == 'opened\n'
+
+  def closed_by_server(self):
+    self._process.stdin.write('?\n')
+    self._process.stdin.flush()
+    return int(self._process.stdout.readline())
+
+  def stop(self):
+    self._process.kill()
+    self._process.wait()
+
+
+def _open_fds():
+  return len(os.listdir('/proc/self/fd'))
+
+
+class _Peaks:
+  """Samples this process's threads and open files until stopped."""
+
+  def __init__(self):
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._sample, daemon=True)
+    self._thread.start()
+    self.threads = self.fds = 0
+    self.base_threads, self.base_fds = threading.active_count(), _open_fds()
+
+  def _sample(self):
+    while not self._stop.wait(0.005):
+      self.threads = max(self.threads, threading.active_count())
+      self.fds = max(self.fds, _open_fds())
+
+  def stop(self):
+    self._stop.set()
+    self._thread.join()
+
+
+def _scrape_from(source, port, token):
+  """A scrape from the loopback address `source`: (status, seconds)."""
+  start = time.monotonic()
+  connection = http.client.HTTPConnection(
+      '127.0.0.1', port, timeout=10, source_address=(source, 0))
+  try:
+    connection.request('GET', '/metrics',
+                       headers={'Authorization': f'Bearer {token}'})
+    response = connection.getresponse()
+    body = response.read().decode()
+  finally:
+    connection.close()
+  assert response.status != 200 or 'smart_replay_up 1.0' in body, body
+  return response.status, time.monotonic() - start
+
+
+_REFUSED = (http.client.RemoteDisconnected, ConnectionResetError,
+            BrokenPipeError)
+
+
+def _served_from(source, port, token):
+  """Whether a scrape from `source` is served (not refused at accept)."""
+  try:
+    return _scrape_from(source, port, token)[0] == 200
+  except _REFUSED:
+    return False
+
+
+def _refused_lines(caplog):
+  return [r for r in caplog.records if r.levelno == logging.WARNING and
+          'Metrics endpoint: refused' in r.getMessage()]
+
+
+def test_a_connection_flood_is_refused_at_accept(served, caplog):
+  caplog.set_level(logging.WARNING)
+  token = 't0ken'
+  # A long timeout: the flood's connections hold their slots to the end.
+  with metrics.MetricsEndpoint(served, port=0, token=token,
+                               timeout_s=120) as endpoint:
+    assert endpoint.refused_connections == 0
+    peaks = _Peaks()
+    start = time.monotonic()
+    flood = _Flood(endpoint.port, **{'127.0.0.1': 200, '127.0.0.2': 50})
+    try:
+      # Each address gets its 4 connections; the others are closed at once.
+      _wait_for(lambda: endpoint.refused_connections >= 242, 60,
+                f'242 refused (got {endpoint.refused_connections})')
+      _wait_for(lambda: flood.closed_by_server() == 242, 30,
+                'the flooder saw its 242 refused connections closed')
+      _wait_for(lambda: threading.active_count() >= peaks.base_threads + 8,
+                30, 'the 8 admitted connections got their threads')
+      # An authenticated scrape from another address is served at once;
+      # one from the flooded address finds its 4 slots taken.
+      status, seconds = _scrape_from('127.0.0.3', endpoint.port, token)
+      assert status == 200 and seconds < 5, seconds
+      with pytest.raises(_REFUSED):
+        _scrape_from('127.0.0.1', endpoint.port, token)
+      assert endpoint.refused_connections == 243
+      peaks.stop()
+      # 8 threads and sockets for the flood (not 250), 1 for a scrape; a
+      # few more files: the scrape's own socket, one being refused, the
+      # pipes to the flooder, and a margin for the rest of the process.
+      assert peaks.threads <= peaks.base_threads + 8 + 4, (
+          peaks.threads, peaks.base_threads)
+      assert peaks.fds <= peaks.base_fds + 8 + 12, (
+          peaks.fds, peaks.base_fds)
+    finally:
+      peaks.stop()
+      flood.stop()
+    elapsed = time.monotonic() - start
+    lines = _refused_lines(caplog)
+    assert 1 <= len(lines) <= 2 + elapsed / 10, [
+        r.getMessage() for r in lines]
+    assert 'at most 16 at once and 4 per client address' in (
+        lines[0].getMessage())
+    # The flood's slots come back as its connections close (a scrape may
+    # be refused until they have).
+    _wait_for(lambda: _served_from('127.0.0.1', endpoint.port, token), 30,
+              'a scrape from 127.0.0.1 after the flood')
+    scraped = _scrape(endpoint.url, token=token)
+    assert scraped[('smart_replay_metrics_refused_connections_total',
+                    ())] == endpoint.refused_connections >= 243
+
+
+def test_the_connection_cap_holds_across_addresses(served):
+  with metrics.MetricsEndpoint(served, port=0, timeout_s=120,
+                               max_connections=6) as endpoint:
+    base_threads = threading.active_count()
+    flood = _Flood(endpoint.port, **{'127.0.0.1': 10, '127.0.0.2': 10})
+    try:  # 4 from the first address, and the 2 slots left to the second.
+      _wait_for(lambda: endpoint.refused_connections >= 14, 60,
+                f'14 refused (got {endpoint.refused_connections})')
+      _wait_for(lambda: threading.active_count() >= base_threads + 6, 30,
+                'the 6 admitted connections got their threads')
+      with pytest.raises(_REFUSED):
+        _scrape_from('127.0.0.3', endpoint.port, 'unused')
+      assert endpoint.refused_connections == 15
+      assert threading.active_count() <= base_threads + 6 + 2
+    finally:
+      flood.stop()
+    _wait_for(lambda: _served_from('127.0.0.3', endpoint.port, 'unused'),
+              30, 'a scrape after the flood')
+
+
+@pytest.mark.unit
+def test_peer_key_counts_ipv6_sites_as_one_peer():
+  assert http_server.peer_key('10.0.0.7') == '10.0.0.7'
+  assert http_server.peer_key('::ffff:10.0.0.7') == '10.0.0.7'
+  assert http_server.peer_key('::1') == '::1'
+  assert http_server.peer_key('2001:db8:1:2:3:4:5:6') == '2001:db8:1:2::/64'
+  assert http_server.peer_key('fe80::1%eth0') == 'fe80::/64'
+
+
+def test_connection_caps_are_checked(served):
+  for value in (0, -1, True, 1.5, '16', None):
+    with pytest.raises(ValueError,
+                       match=f'max_connections must be a positive integer.*'
+                       f'got {value!r}'):
+      metrics.MetricsEndpoint(served, port=0, max_connections=value)
+    with pytest.raises(ValueError, match='max_connections_per_peer must be '
+                       f'a positive integer.*got {value!r}'):
+      metrics.MetricsEndpoint(served, port=0, max_connections_per_peer=value)
+  with pytest.raises(ValueError, match='max_connections_per_peer must be at '
+                     'most max_connections=2, got 3'):
+    metrics.MetricsEndpoint(served, port=0, max_connections=2,
+                            max_connections_per_peer=3)
