@@ -1,7 +1,9 @@
-"""Probe (issue 32): what the control service's token and TLS cost a call.
+"""Probe (issues 32, 40): what the control service's tokens and TLS cost a
+call.
 
-One in-process `ReplayServer` per mode (no token, a token, a token over TLS)
-on a tiny buffer; a `ControlClient` calls 'info' (the call every client and
+One in-process `ReplayServer` per mode (no token over plain TCP; the
+default: tokens over TLS with the server's own certificate) on a tiny
+buffer; a `ControlClient` calls 'info' (the call every client and
 every shard monitor makes) `--calls` times in a row, after a warm-up, and
 the modes take turns in rounds so that the machine's load falls on each
 alike. A server without a token also hides its paths from every answer,
@@ -11,14 +13,12 @@ Prints the median and 99th percentile latency of each mode and the ratios
 to the mode without a token, as JSON lines.
 
 Run: .venv/bin/python benchmarks/probe_control_auth.py [--calls=2000]
-(about a minute on 2 cores; TLS needs the `openssl` command).
+(about a minute on 2 cores).
 """
 
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import tempfile
 import time
 
@@ -28,24 +28,8 @@ import smart_replay
 from smart_replay.remote import replay_server
 from smart_replay.control import channel as control_lib
 from smart_replay.control import access as control_access
+from smart_replay.control import credentials as credentials_lib
 from smart_replay_benchmarks import workload as wl_lib
-
-
-def _certificates(root: str) -> dict:
-  """A throwaway CA and a server certificate for 127.0.0.1 (openssl)."""
-  run = lambda *args: subprocess.run(['openssl', *args], cwd=root,
-                                     check=True, capture_output=True)
-  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
-      '-subj', '/CN=probe-ca', '-keyout', 'ca.key', '-out', 'ca.pem')
-  run('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1',
-      '-keyout', 'server.key', '-out', 'server.csr')
-  with open(os.path.join(root, 'san.cnf'), 'w') as f:
-    f.write('subjectAltName=IP:127.0.0.1,DNS:localhost\n')
-  run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey',
-      'ca.key', '-CAcreateserial', '-days', '1', '-extfile', 'san.cnf',
-      '-out', 'server.pem')
-  return {name: os.path.join(root, name)
-          for name in ('ca.pem', 'server.pem', 'server.key')}
 
 
 def _server(root: str, name: str, access: control_access.ControlAccess):
@@ -70,29 +54,27 @@ def main():
   parser.add_argument('--rounds', type=int, default=4)
   args = parser.parse_args()
   with tempfile.TemporaryDirectory() as root:
-    modes = {'no token': (control_access.ControlAccess(auth=False), None)}
-    modes['token'] = (control_access.ControlAccess(), None)
-    if shutil.which('openssl'):
-      files = _certificates(root)
-      modes['token + TLS'] = (control_access.ControlAccess(
-          tls_cert_file=files['server.pem'],
-          tls_key_file=files['server.key']), files['ca.pem'])
+    modes = {'no token': control_access.ControlAccess(auth=False),
+             'tokens + TLS': control_access.ControlAccess()}
     servers, clients = {}, {}
-    for name, (access, ca_file) in modes.items():
+    for name, access in modes.items():
       servers[name] = _server(root, name.replace(' ', '_'), access)
       clients[name] = control_lib.ControlClient(
           f'127.0.0.1:{servers[name].control_port}',
-          credentials=control_access.ClientCredentials.resolve(
-              token_file=servers[name].token_file, tls_ca_file=ca_file,
-              environ={}))
-    for name, token in (('bare, no token', None), ('bare, token', 'secret')):
-      modes[name] = None
+          credentials=credentials_lib.ClientCredentials.resolve(
+              token_file=servers[name].token_file, environ={}))
+    for name, access in (('bare, no token',
+                          control_access.ControlAccess(auth=False)),
+                         ('bare, tokens + TLS', control_access.ControlAccess())):
+      modes[name] = access
+      secrets = access.secrets(os.path.join(root, name.replace(' ', '_')))
       servers[name] = control_lib.ControlServer(
-          {'info': lambda request: {'ok': 1}}, port=0, token=token,
-          access=control_access.ControlAccess(auth=token is not None))
+          {'info': lambda request: {'ok': 1}}, port=0, access=access,
+          secrets=secrets)
       clients[name] = control_lib.ControlClient(
           f'127.0.0.1:{servers[name].port}',
-          credentials=control_access.ClientCredentials(token=token))
+          credentials=credentials_lib.ClientCredentials.resolve(
+              token_file=secrets.operator_file, environ={}))
     for name in modes:
       _timed_calls(clients[name], 200)  # Warm-up: the channel, the TLS.
     seconds = {name: [] for name in modes}

@@ -27,6 +27,7 @@ from absl import flags
 
 from smart_replay.apps import binary
 from smart_replay.apps import cli
+from smart_replay.control import credentials as credentials_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_boolean('json', False, 'Print JSON instead of text.')
@@ -91,7 +92,7 @@ def _work(target, stop):
     return
   description = sharded_inspection.describe(
       target, timeout_s=FLAGS.timeout_s,
-      credentials=control_access.ClientCredentials.resolve(
+      credentials=credentials_lib.ClientCredentials.resolve(
           token_file=FLAGS.control_token_file,
           tls_ca_file=FLAGS.control_tls_ca_file,
           tls_cert_file=FLAGS.control_tls_cert_file,

@@ -48,7 +48,7 @@ _ERRORS = ('AuthenticationError', 'BufferInUseError', 'CheckpointCorruptError',
            'PrefillWouldBlockError', 'ServerBusyError',
            'ServerUnavailableError',
            'SmartReplayError', 'StarterMismatchError', 'TrajectorySpecError',
-           'WaitTimeoutError',
+           'UnsafeBufferDirError', 'WaitTimeoutError',
            'WouldBlockError', 'WriteFailedError')
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -73,6 +73,7 @@ _EXPORTS = {
     'import_reverb_checkpoint': 'smart_replay.tools.takeover',
     'import_rlds': 'smart_replay.tools.rlds_io',
     'newest_pair': 'smart_replay.integrations.paired',
+    'new_shared_control_credentials': 'smart_replay.control.tokens',
     'populate_starter_buffer': 'smart_replay.apps.populate',
     'save_spec': 'smart_replay.spec.specs',
     'train_from_starter': 'smart_replay.apps.training',

@@ -17,6 +17,7 @@ from absl import logging
 
 from smart_replay import errors
 from smart_replay.storage import coordinated_records as records_lib
+from smart_replay.control import protocol
 
 # Where a shard's manifest, and the whole buffer's loaded manifest, keep it.
 EXTRA_KEY = records_lib.EXTRA_KEY
@@ -79,7 +80,7 @@ def save(call: Call, addresses: Sequence[str], *,
   coordinated_id = new_id()
   extra = dict(extra or {})
   saved = _on_every_shard(
-      call, addresses, 'coordinated_save',
+      call, addresses, protocol.COORDINATED_SAVE,
       lambda k: {'id': coordinated_id, 'extra': extra},
       f'coordinated checkpoint {coordinated_id}')
   _fault_point('shards_saved')
@@ -91,7 +92,7 @@ def save(call: Call, addresses: Sequence[str], *,
                        for address, answer in zip(addresses, saved)]}
   # The first shard's record, then the others': a test kills in between.
   for shards in ([0], range(1, len(addresses))):
-    _on_every_shard(call, addresses, 'coordinated_commit',
+    _on_every_shard(call, addresses, protocol.COORDINATED_COMMIT,
                     lambda k: {'record': record, 'shard': k},
                     f'recording coordinated checkpoint {coordinated_id}',
                     shards=shards)
@@ -122,7 +123,7 @@ def restore(call: Call, addresses: Sequence[str],
   """
   if coordinated_id is not None:
     records_lib.check_id(coordinated_id)
-  listed = _on_every_shard(call, addresses, 'coordinated_list',
+  listed = _on_every_shard(call, addresses, protocol.COORDINATED_LIST,
                            lambda k: {}, 'listing coordinated checkpoints')
   held = [answer['records'] for answer in listed]
   if coordinated_id is not None:
@@ -140,7 +141,7 @@ def restore(call: Call, addresses: Sequence[str],
     raise errors.CheckpointNotFoundError(
         f'no complete {wanted} on all {len(addresses)} shards (recorded on '
         f'every shard, its checkpoint still on each): {what}.')
-  _on_every_shard(call, addresses, 'coordinated_restore',
+  _on_every_shard(call, addresses, protocol.COORDINATED_RESTORE,
                   lambda k: {'id': record['id']},
                   f'restoring coordinated checkpoint {record["id"]}')
   logging.info('Every shard restored coordinated checkpoint %s (%s).',

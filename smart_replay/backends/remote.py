@@ -22,7 +22,8 @@ from smart_replay.config import options
 from smart_replay.config import record
 from smart_replay.config import reverb_tables
 from smart_replay.control import channel as control_lib
-from smart_replay.control import access as control_access
+from smart_replay.control import protocol
+from smart_replay.control import credentials as credentials_lib
 from smart_replay.server import local_server as server_lib
 
 
@@ -47,7 +48,7 @@ class RemoteBackend(base.Backend):
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
                location: options.RemoteBuffer, timeouts: options.Timeouts,
                credentials: Optional[
-                   control_access.ClientCredentials] = None):
+                   credentials_lib.ClientCredentials] = None):
     server_address = location.addresses[0]
     self._data_spec = data_spec
     requested = {f.name: getattr(shape, f.name)
@@ -56,8 +57,8 @@ class RemoteBackend(base.Backend):
                        for k, v in requested.items() if v is not None}
     self._address = server_address
     self._control_address = (location.control_address or
-                             control_lib.control_address_for(server_address))
-    self.credentials = (credentials or control_access.ClientCredentials
+                             protocol.control_address_for(server_address))
+    self.credentials = (credentials or credentials_lib.ClientCredentials
                         .resolve(**location.control_files))
     self._connect_timeout_s = timeouts.connect_timeout_s
     self._checkpoint_timeout_s = timeouts.checkpoint_timeout_s
@@ -120,7 +121,7 @@ class RemoteBackend(base.Backend):
     control = control_lib.ControlClient(self._control_address,
                                         credentials=self.credentials)
     try:
-      served = control.call('info', timeout_s=self._connect_timeout_s)
+      served = control.call(protocol.INFO, timeout_s=self._connect_timeout_s)
       self.config = self._adopt(served['config'])
       diffs = reverb_tables.server_differences(
           self.config.tables, self.config.step_layout.step_spec, info,
@@ -198,7 +199,7 @@ class RemoteBackend(base.Backend):
       raise errors.ManagerStateError(
           'the buffer is not started; call create_replay_buffer() or '
           'load_replay_buffer() first (connect() in client mode).')
-    return self.call('info', timeout_s=self._connect_timeout_s)['checkpoints']
+    return self.call(protocol.INFO, timeout_s=self._connect_timeout_s)['checkpoints']
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Dict[str, Any],
@@ -220,7 +221,7 @@ class RemoteBackend(base.Backend):
     """
     del counts, starter  # The server counts what it saves.
     # The server may first wait for its own save in progress.
-    path = self.call('checkpoint', {'extra': extra},
+    path = self.call(protocol.CHECKPOINT, {'extra': extra},
                       timeout_s=3 * self._checkpoint_timeout_s)
     logging.info('The server at %s checkpointed to %s', self._address, path)
     return path
@@ -231,7 +232,7 @@ class RemoteBackend(base.Backend):
     Returns:
       A `base.CountsSnapshot` of `{table: {item key: times sampled}}`.
     """
-    served = self.call('times_sampled', timeout_s=self._checkpoint_timeout_s)
+    served = self.call(protocol.TIMES_SAMPLED, timeout_s=self._checkpoint_timeout_s)
     return base.CountsSnapshot({
         name: {int(key): n for key, n in per_item.items()}
         for name, per_item in served.items()})
@@ -288,7 +289,7 @@ class RemoteBackend(base.Backend):
       control = control_lib.ControlClient(self._control_address,
                                         credentials=self.credentials)
       try:
-        return control.call('info', timeout_s=self._connect_timeout_s).get(
+        return control.call(protocol.INFO, timeout_s=self._connect_timeout_s).get(
             'instance') or {}
       except errors.ServerUnavailableError:
         if not patient or time.monotonic() > deadline:
@@ -317,7 +318,7 @@ class RemoteBackend(base.Backend):
       self._probe = control_lib.ControlClient(self._control_address,
                                               credentials=self.credentials)
     try:
-      instance = self._probe.call('info', timeout_s=timeout_s).get(
+      instance = self._probe.call(protocol.INFO, timeout_s=timeout_s).get(
           'instance') or {}
       server_lib.server_info(self._reverb, timeout_s)
     except errors.SmartReplayError:

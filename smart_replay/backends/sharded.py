@@ -27,7 +27,7 @@ from smart_replay.backends import remote
 from smart_replay.config import mixable
 from smart_replay.config import options
 from smart_replay.config import record
-from smart_replay.control import access as control_access
+from smart_replay.control import credentials as credentials_lib
 
 
 # Seconds between two checks of every shard (at most).
@@ -64,7 +64,7 @@ class ShardedBackend(base.Backend):
                location: options.RemoteBuffer, timeouts: options.Timeouts):
     self.addresses = location.addresses
     # Every shard is called with the same credentials, resolved once.
-    self.credentials = control_access.ClientCredentials.resolve(
+    self.credentials = credentials_lib.ClientCredentials.resolve(
         **location.control_files)
     self._shards = [remote.RemoteBackend(
         data_spec, shape=shape, location=dataclasses.replace(

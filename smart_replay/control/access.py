@@ -1,45 +1,43 @@
-"""Who may call a buffer server's control service: a token, TLS, loopback.
+"""Who may call a buffer server's control service, and how it proves itself.
 
 The control service of `smart-replay-serve` can checkpoint, restore and
-describe the buffer, so every call must carry the server's secret token
+describe the buffer, so every call must carry one of the server's tokens
 (gRPC metadata `authorization: Bearer <token>`), checked by
-`TokenInterceptor` with `hmac.compare_digest`; a call without it gets
-`UNAUTHENTICATED`, from loopback too (other users of a shared host are not
-trusted). The server reads its token from a file (mode 0600): the one given,
-or `<buffer>/control.token`, created at the first start.
+`TokenInterceptor` in constant time before the request's body is read: the
+operator token for every method, the reader token for those that only read
+(`protocol.READ_ONLY_METHODS`). A call without one gets `UNAUTHENTICATED`,
+from loopback too (other users of a shared host are not trusted).
 
-`ControlAccess` is the server's side: the address it binds (loopback unless
-told otherwise), the token file, optional TLS or mutual TLS, and protected
-mode: a service without a token that would listen beyond loopback refuses to
-start unless the operator switches protected mode off. `ClientCredentials` is
-a client's side: the token from `RemoteBuffer(control_token_file=...)`, else
-the environment (`SMART_REPLAY_CONTROL_TOKEN`, then
-`SMART_REPLAY_CONTROL_TOKEN_FILE`), and the TLS files; it remembers where it
-looked, for the error a refused call raises.
+A client must also know it talks to the buffer's own server before it sends
+a token, so a server with tokens always serves TLS: with the certificate
+files its operator gives, else with its own certificate (`certificates`),
+written into the token files clients hold (`tokens`).
+
+`ControlAccess` is the server's side: the address it binds (loopback
+unless told otherwise), the token file, TLS or mutual TLS, and protected
+mode (a service without a token that would listen beyond loopback refuses
+to start unless the operator switches protected mode off). `secrets()`
+gives what a server needs to serve: its tokens, their files and its TLS
+credentials. A client's side is `credentials.ClientCredentials`.
 """
 
 import dataclasses
 import hmac
 import ipaddress
 import os
-import secrets
-import stat
-from typing import Any, Callable, Optional
+from typing import Callable, Collection, Optional
 
 from absl import logging
 import gin
 import grpc
 
 from smart_replay import errors
-from smart_replay.storage import durable
+from smart_replay.control import certificates
+from smart_replay.control import private_files
+from smart_replay.control import protocol
+from smart_replay.control import tokens
 
-TOKEN_ENV = 'SMART_REPLAY_CONTROL_TOKEN'
-TOKEN_FILE_ENV = 'SMART_REPLAY_CONTROL_TOKEN_FILE'
-TOKEN_FILE_NAME = 'control.token'
-LOOPBACK = '127.0.0.1'
-_METADATA_KEY = 'authorization'
-_SCHEME = 'Bearer '
-_MAX_TOKEN_BYTES = 4096
+LOOPBACK = protocol.LOOPBACK
 
 
 def is_loopback(host: str) -> bool:
@@ -79,62 +77,6 @@ def bind_address(host: str, port: int) -> str:
   return f'{host}:{port}'
 
 
-def new_token_file(path: str) -> None:
-  """Creates a token file with a fresh random secret, mode 0600.
-
-  Args:
-    path: the file to create; it must not exist.
-
-  Raises:
-    FileExistsError: if it exists.
-    OSError: if it cannot be written.
-  """
-  fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-  with os.fdopen(fd, 'w') as f:
-    f.write(secrets.token_urlsafe(32) + '\n')
-    f.flush()
-    os.fsync(f.fileno())
-  durable.fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def read_token_file(path: str, *, what: str) -> str:
-  """Reads a token file, refusing one that others can read.
-
-  Args:
-    path: the token file.
-    what: where the path came from, for messages (e.g. a flag's name).
-
-  Returns:
-    The token (surrounding white space removed).
-
-  Raises:
-    AuthenticationError: if the file is missing, empty, too long, or
-      readable or writable by group or others (names the path, its mode and
-      the fix).
-  """
-  try:
-    mode = os.stat(path).st_mode
-    with open(path, 'rb') as f:
-      data = f.read(_MAX_TOKEN_BYTES + 1)
-  except OSError as e:
-    raise errors.AuthenticationError(
-        f'cannot read the control token file {path} ({what}): '
-        f'{e.strerror or e}.') from None
-  if mode & (stat.S_IRWXG | stat.S_IRWXO):
-    raise errors.AuthenticationError(
-        f'the control token file {path} ({what}) has mode '
-        f'{stat.S_IMODE(mode):04o}: group or others can read or change it. '
-        f'Run `chmod 600 {path}`.')
-  token = data.decode('utf-8', 'replace').strip()
-  if not token or len(data) > _MAX_TOKEN_BYTES or any(
-      c.isspace() for c in token):
-    raise errors.AuthenticationError(
-        f'the control token file {path} ({what}) must hold one token of 1 to '
-        f'{_MAX_TOKEN_BYTES} bytes without white space, got {len(data)} '
-        'bytes.')
-  return token
-
-
 def _check_file(name: str, path: Optional[str]) -> None:
   """Checks an optional file argument."""
   if path is None:
@@ -159,16 +101,20 @@ class ControlAccess:
   Attributes:
     host: the address it binds: loopback by default (this machine only);
       an interface's address or '0.0.0.0' / '::' for other machines.
-    token_file: the file holding the secret every call must carry; None:
-      `<buffer>/control.token`, created (mode 0600) at the first start. A
-      file given must exist, readable by its owner only.
+    token_file: a file holding the operator token (e.g. one shared by the
+      shards of a sharded buffer); None: the server's own, made at the
+      first start. A file given must exist, be its user's own and readable
+      by nobody else. Either way the server writes the token, with its
+      certificate, to `<buffer>/control.token` for clients.
     auth: False serves without a token (any local process may call); then
       protected mode refuses a `host` beyond loopback.
     protected_mode: refuse to listen beyond loopback without a token
       (unless mutual TLS authenticates clients); False allows it.
-    tls_cert_file: the server's certificate (PEM) to serve TLS; with
-      `tls_key_file`.
-    tls_key_file: its private key (PEM).
+    tls_cert_file: the server's certificate (PEM) to serve TLS with, in
+      place of its own; with `tls_key_file`. A file made by
+      `certificates.write_identity` (both in one file) can serve several
+      servers, and its clients pin it as they pin a server's own.
+    tls_key_file: its private key (PEM, not encrypted).
     tls_client_ca_file: require client certificates signed by this CA
       (mutual TLS); needs the two above.
 
@@ -212,173 +158,164 @@ class ControlAccess:
           '(--control_tls_client_ca_file), bind loopback, or switch '
           'protected mode off (--noprotected_mode) on a network you trust.')
 
-  def token_path(self, buffer_dir: str) -> Optional[str]:
-    """The token file of a buffer's server (None when `auth` is False).
+  def secrets(self, buffer_dir: str) -> 'ServerSecrets':
+    """What the server needs to serve: its tokens, their files, its TLS.
+
+    With tokens (`auth`) the service always serves TLS: with the files
+    given, else with the server's own certificate (`certificates`), made
+    at the first start. The buffer folder then holds `control.token` (the
+    operator token: `token_file`'s if given, else its own, made once) and
+    `reader.token`, each with that certificate, for clients to copy.
 
     Args:
-      buffer_dir: the served buffer's directory.
+      buffer_dir: the served buffer's folder (made, mode 0700, if missing).
 
     Returns:
-      `token_file`, or `<buffer_dir>/control.token`.
-    """
-    if not self.auth:
-      return None
-    return self.token_file or os.path.join(buffer_dir, TOKEN_FILE_NAME)
-
-  def token(self, buffer_dir: str) -> Optional[str]:
-    """The token calls must carry, creating the default file if needed.
-
-    Args:
-      buffer_dir: the served buffer's directory.
-
-    Returns:
-      The token, or None when `auth` is False.
+      The server's secrets.
 
     Raises:
-      AuthenticationError: if the token file cannot be read or is open to
-        others (names it).
+      AuthenticationError: if a token or key file cannot be made or read,
+        or is not safe to trust (a link, another user's, open to others;
+        names it and the fix).
+      ValueError: if the certificate files given do not hold a certificate
+        and its key.
     """
+    os.makedirs(buffer_dir, mode=0o700, exist_ok=True)
+    certificate = None
+    if self.tls_cert_file is not None:
+      _, chain = certificates.split_certificates(_read(self.tls_cert_file))
+      key = certificates.split_certificates(private_files.read_private_file(
+          self.tls_key_file, what='control tls_key_file'))[0]
+      if not chain:
+        raise ValueError(f'control tls_cert_file={self.tls_cert_file!r} '
+                         'holds no PEM certificate.')
+      certificates.check_pair(
+          chain[0], key, what=f'control tls_cert_file={self.tls_cert_file!r}'
+          f' and tls_key_file={self.tls_key_file!r}')
+      credentials = grpc.ssl_server_credentials(
+          [(key.strip() + b'\n', b''.join(chain))],
+          root_certificates=_read(self.tls_client_ca_file),
+          require_client_auth=self.tls_client_ca_file is not None)
+      if len(chain) == 1 and certificates.is_own(chain[0]):
+        certificate = chain[0]  # Shared by servers: clients pin it too.
+    elif self.auth:
+      certificate, key = certificates.own_certificate(buffer_dir)
+      credentials = grpc.ssl_server_credentials([(key, certificate)])
+    else:
+      credentials = None
     if not self.auth:
-      return None
+      return ServerSecrets(credentials=credentials)
+    given = None
     if self.token_file is not None:
-      return read_token_file(self.token_file, what='control token_file')
-    path = os.path.join(buffer_dir, TOKEN_FILE_NAME)
-    try:
-      os.makedirs(buffer_dir, exist_ok=True)
-      new_token_file(path)
-      logging.info('Created the control token file %s (mode 0600); clients '
-                   'pass it as control_token_file or %s.', path,
-                   TOKEN_FILE_ENV)
-    except FileExistsError:
-      pass
-    except OSError as e:
+      given = tokens.read_token_file(self.token_file,
+                                     what='control token_file').token
+    operator_file = os.path.join(buffer_dir, tokens.OPERATOR_FILE_NAME)
+    reader_file = os.path.join(buffer_dir, tokens.READER_FILE_NAME)
+    existed = os.path.lexists(operator_file)
+    operator = tokens.keep_token_file(operator_file, token=given,
+                                      certificate=certificate)
+    reader = tokens.keep_token_file(reader_file, token=None,
+                                    certificate=certificate)
+    if reader.token == operator.token:  # Only if someone copied one over.
       raise errors.AuthenticationError(
-          f'cannot create the control token file {path}: '
-          f'{e.strerror or e}.') from None
-    return read_token_file(path, what='the buffer\'s default token file')
+          f'{reader_file} holds the operator token of {operator_file}; '
+          f'remove {reader_file} (the server makes a new reader token).')
+    if not existed:
+      logging.info('Created the control token files %s (operator) and %s '
+                   '(reader), mode 0600; clients pass a copy as '
+                   'control_token_file.', operator_file, reader_file)
+    return ServerSecrets(
+        operator_token=operator.token, reader_token=reader.token,
+        operator_file=operator_file, reader_file=reader_file,
+        credentials=credentials,
+        fingerprint=certificates.fingerprint(certificate)
+        if certificate else None)
 
-  def server_credentials(self) -> Optional[grpc.ServerCredentials]:
-    """TLS credentials for the port, or None to serve plain TCP."""
-    if self.tls_cert_file is None:
-      return None
-    return grpc.ssl_server_credentials(
-        [(_read(self.tls_key_file), _read(self.tls_cert_file))],
-        root_certificates=_read(self.tls_client_ca_file),
-        require_client_auth=self.tls_client_ca_file is not None)
+  def describe(self, fingerprint: Optional[str] = None) -> str:
+    """How the service is protected, for the start-up log line.
 
-  def describe(self) -> str:
-    """How the service is protected, for the start-up log line."""
-    parts = ['token' if self.auth else 'NO TOKEN']
+    Args:
+      fingerprint: the server's own certificate's fingerprint, if it has
+        one.
+
+    Returns:
+      E.g. 'operator and reader tokens, TLS (own certificate SHA256:...)'.
+    """
+    parts = ['operator and reader tokens' if self.auth else 'NO TOKEN']
     if self.tls_client_ca_file:
       parts.append('mutual TLS')
     elif self.tls_cert_file:
       parts.append('TLS')
+    elif fingerprint:
+      parts.append(f'TLS (own certificate {fingerprint})')
     return ', '.join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
-class ClientCredentials:
-  """What a client presents to a control service.
-
-  Build with `resolve`. The token itself is not part of `repr`.
+class ServerSecrets:
+  """What a control server holds (`ControlAccess.secrets`).
 
   Attributes:
-    token: the secret, or None.
-    looked: where the token was taken from, or every place looked in.
-    channel_credentials: TLS credentials, or None for plain TCP.
+    operator_token: the token of every method; None: no tokens.
+    reader_token: the token of the read-only methods and the metrics.
+    operator_file: the buffer's `control.token`, for clients.
+    reader_file: the buffer's `reader.token`.
+    credentials: TLS credentials of the port, or None for plain TCP (only
+      without tokens).
+    fingerprint: the server's own certificate's fingerprint, or None.
   """
-  token: Optional[str] = dataclasses.field(default=None, repr=False)
-  looked: str = 'nowhere'
-  channel_credentials: Optional[grpc.ChannelCredentials] = None
-
-  @classmethod
-  def resolve(cls, *, token_file: Optional[str] = None,
-              tls_ca_file: Optional[str] = None,
-              tls_cert_file: Optional[str] = None,
-              tls_key_file: Optional[str] = None,
-              environ: Optional[Any] = None) -> 'ClientCredentials':
-    """Finds the token and TLS files a client uses.
-
-    The token comes from `token_file` if given, else from the environment
-    variable `SMART_REPLAY_CONTROL_TOKEN` (the token), else from the file
-    `SMART_REPLAY_CONTROL_TOKEN_FILE` names; with none of them, calls carry
-    no token.
-
-    Args:
-      token_file: a token file (e.g. `RemoteBuffer.control_token_file`).
-      tls_ca_file: the CA that signed the server's certificate: use TLS.
-      tls_cert_file: the client's certificate, for mutual TLS.
-      tls_key_file: its private key.
-      environ: the environment to read (default `os.environ`).
-
-    Returns:
-      The credentials.
-
-    Raises:
-      AuthenticationError: if a token file is unreadable or open to others.
-      ValueError: if a TLS file is missing, or a certificate comes without
-        its key (or the reverse), or without `tls_ca_file`.
-    """
-    environ = os.environ if environ is None else environ
-    for name, path in (('control_tls_ca_file', tls_ca_file),
-                       ('control_tls_cert_file', tls_cert_file),
-                       ('control_tls_key_file', tls_key_file)):
-      _check_file(name, path)
-    if (tls_cert_file is None) != (tls_key_file is None) or (
-        tls_cert_file and not tls_ca_file):
-      raise ValueError(
-          'control_tls_cert_file and control_tls_key_file go together, and '
-          'with control_tls_ca_file; got '
-          f'control_tls_ca_file={tls_ca_file!r}, '
-          f'control_tls_cert_file={tls_cert_file!r}, '
-          f'control_tls_key_file={tls_key_file!r}.')
-    channel = None
-    if tls_ca_file is not None:
-      channel = grpc.ssl_channel_credentials(
-          _read(tls_ca_file), private_key=_read(tls_key_file),
-          certificate_chain=_read(tls_cert_file))
-    if token_file is not None:
-      return cls(read_token_file(token_file, what='control_token_file'),
-                 f'control_token_file={token_file}', channel)
-    if environ.get(TOKEN_ENV):
-      return cls(environ[TOKEN_ENV].strip(), f'${TOKEN_ENV}', channel)
-    if environ.get(TOKEN_FILE_ENV):
-      path = environ[TOKEN_FILE_ENV]
-      return cls(read_token_file(path, what=f'${TOKEN_FILE_ENV}'),
-                 f'${TOKEN_FILE_ENV}={path}', channel)
-    return cls(None, f'no control_token_file given, ${TOKEN_ENV} and '
-               f'${TOKEN_FILE_ENV} not set', channel)
-
-  def metadata(self) -> Optional[Any]:
-    """The call metadata carrying the token, or None without one."""
-    if self.token is None:
-      return None
-    return ((_METADATA_KEY, _SCHEME + self.token),)
+  operator_token: Optional[str] = dataclasses.field(default=None, repr=False)
+  reader_token: Optional[str] = dataclasses.field(default=None, repr=False)
+  operator_file: Optional[str] = None
+  reader_file: Optional[str] = None
+  credentials: Optional[grpc.ServerCredentials] = None
+  fingerprint: Optional[str] = None
 
 
-def _refuse(request: Any, context: grpc.ServicerContext) -> None:
-  del request
+def _refuse(request_iterator, context: grpc.ServicerContext) -> None:
+  del request_iterator  # Never read: a body that never comes holds nothing.
   context.abort(grpc.StatusCode.UNAUTHENTICATED,
                 'this call carries no valid control token')
 
 
+def _refuse_scope(request_iterator, context: grpc.ServicerContext) -> None:
+  del request_iterator
+  context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                'the reader token may call only the methods that read; this '
+                'one needs the operator token (control.token)')
+
+
 class TokenInterceptor(grpc.ServerInterceptor):
-  """Answers `UNAUTHENTICATED` to every call without the token.
+  """Refuses every call without a token valid for its method.
+
+  Refusals answer at once, without reading the request (a call whose body
+  never comes holds no worker): `UNAUTHENTICATED` without a valid token,
+  `PERMISSION_DENIED` for the reader token on a method that changes the
+  buffer.
 
   Args:
-    token: the secret every call must carry.
+    operator_token: the token of every method.
+    reader_token: the token of `read_only` methods, or None.
+    read_only: the methods the reader token may call.
     on_refused: called with the method's name after each refusal (e.g. to
       count and log them).
   """
 
-  def __init__(self, token: str, *,
+  def __init__(self, operator_token: str, *,
+               reader_token: Optional[str] = None,
+               read_only: Collection[str] = protocol.READ_ONLY_METHODS,
                on_refused: Optional[Callable[[str], None]] = None):
-    self._expected = (_SCHEME + token).encode('utf-8')
+    self._operator = (protocol.SCHEME + operator_token).encode('utf-8')
+    self._reader = (protocol.SCHEME + (reader_token or '')).encode('utf-8') \
+        if reader_token else None
+    self._read_only = frozenset(
+        f'/{protocol.SERVICE}/{name}' for name in read_only)
     self._on_refused = on_refused
-    self._refusal = grpc.unary_unary_rpc_method_handler(_refuse)
+    self._refusal = grpc.stream_unary_rpc_method_handler(_refuse)
+    self._scope_refusal = grpc.stream_unary_rpc_method_handler(_refuse_scope)
 
   def intercept_service(self, continuation, handler_call_details):
-    """Passes authenticated calls on; refuses the others.
+    """Passes calls with a valid token on; refuses the others.
 
     Args:
       continuation: gives the method's handler.
@@ -389,11 +326,17 @@ class TokenInterceptor(grpc.ServerInterceptor):
     """
     given = b''
     for key, value in handler_call_details.invocation_metadata or ():
-      if key == _METADATA_KEY:
+      if key == protocol.METADATA_KEY:
         given = value.encode('utf-8', 'replace') if isinstance(
             value, str) else bytes(value)
-    if hmac.compare_digest(given, self._expected):
+    # Both comparisons always run, in constant time.
+    operator = hmac.compare_digest(given, self._operator)
+    reader = self._reader is not None and hmac.compare_digest(
+        given, self._reader)
+    if operator:
+      return continuation(handler_call_details)
+    if reader and handler_call_details.method in self._read_only:
       return continuation(handler_call_details)
     if self._on_refused is not None:
       self._on_refused(handler_call_details.method)
-    return self._refusal
+    return self._scope_refusal if reader else self._refusal

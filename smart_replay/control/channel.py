@@ -1,101 +1,77 @@
-"""The control service of a standalone buffer server (`smart-replay-serve`).
+"""The control service of a standalone buffer server, and its client.
 
 Reverb's gRPC port carries the data; what Reverb cannot do remotely (describe
 the buffer's configuration, write a verified checkpoint with a manifest, read
 per-item sample counts, coordinated checkpoints) goes through this small gRPC
-service, served by the same process on its own port (by default the Reverb
-port + 1). Requests and answers are JSON objects; every call has a deadline,
-and an error raised by the server is raised again on the client as the same
-`smart_replay.errors` class with the server's message.
+service (`protocol` names its methods), served by the same process on its
+own port (by default the Reverb port + 1). Requests and answers are JSON
+objects; every call has a deadline, and an error raised by the server is
+raised again on the client as the same `smart_replay.errors` class with the
+server's message.
 
-Unlike Reverb's port, this one can be kept safe (`control_access`): it binds
-loopback unless told otherwise, and every call must carry the server's token.
-It is bounded too: requests of at most 1 MiB, at most `MAX_CALLS` calls at
-once, at most `MAX_SLOW_CALLS` slow ones (checkpoints, restores) at once, so
-that a flood of them never queues the quick ones (the client retries a busy
-answer within its deadline), idle connections closed after a minute, and a
-malformed request costs one rate-limited log line.
+Unlike Reverb's port, this one can be kept safe (`access`): it binds
+loopback unless told otherwise, serves TLS whenever it asks for tokens, and
+every call must carry a token valid for its method, checked before its body
+is read. Everything is bounded:
+
+* a request of at most 1 MiB; a call must ask for a deadline of at most
+  `protocol.MAX_CALL_S` (refused otherwise, before its body is read);
+* at most `MAX_CALLS` calls at once on `_WORKERS` threads; slow calls
+  (checkpoints, restores) run `MAX_SLOW_CALLS` at a time, first come first
+  served, with at most `MAX_WAITING_SLOW_CALLS` waiting (more are answered
+  `ServerBusyError`, which the client retries with jitter within its
+  deadline), so they never hold the workers the quick calls need;
+* connections: `MAX_CONNECTIONS` at once, a TLS handshake within
+  `HANDSHAKE_TIMEOUT_S` (a silent TCP connection is closed then), idle ones
+  closed after `IDLE_CONNECTION_S`, and none older than
+  `MAX_CONNECTION_AGE_S` (calls in progress get `protocol.MAX_CALL_S` more);
+* a malformed request or a refused call costs one rate-limited log line,
+  with the method name escaped.
 """
 
+import collections
 import concurrent.futures
 import json
+import random
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, FrozenSet, Optional
+from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import grpc
 
 from smart_replay import errors
 from smart_replay.control import access as control_access
+from smart_replay.control import credentials as credentials_lib
+from smart_replay.control import protocol
 
-SERVICE = 'smart_replay.Control'
-# A request is a small JSON object; an answer may list a table's items.
-MAX_REQUEST_BYTES = 1 << 20
-MAX_ANSWER_BYTES = 64 << 20
 # Calls served at once, and of those the slow ones; more are refused.
 MAX_CALLS = 32
 MAX_SLOW_CALLS = 2
-_WORKERS = 8
+MAX_WAITING_SLOW_CALLS = 4
+_WORKERS = 16
+MAX_CONNECTIONS = 256
+HANDSHAKE_TIMEOUT_S = 10
+IDLE_CONNECTION_S = 60
+MAX_CONNECTION_AGE_S = 3600
 _SERVER_OPTIONS = [
-    ('grpc.max_receive_message_length', MAX_REQUEST_BYTES),
-    ('grpc.max_send_message_length', MAX_ANSWER_BYTES),
-    ('grpc.max_connection_idle_ms', 60_000),
+    ('grpc.max_receive_message_length', protocol.MAX_REQUEST_BYTES),
+    ('grpc.max_send_message_length', protocol.MAX_ANSWER_BYTES),
+    ('grpc.server_handshake_timeout_ms', HANDSHAKE_TIMEOUT_S * 1000),
+    ('grpc.max_connection_idle_ms', IDLE_CONNECTION_S * 1000),
+    ('grpc.max_connection_age_ms', MAX_CONNECTION_AGE_S * 1000),
+    ('grpc.max_connection_age_grace_ms', int(protocol.MAX_CALL_S * 1000)),
+    ('grpc.max_allowed_incoming_connections', MAX_CONNECTIONS),
     # gRPC shares a port already in use (SO_REUSEPORT) by default.
     ('grpc.so_reuseport', 0)]
-_CLIENT_OPTIONS = [('grpc.max_receive_message_length', MAX_ANSWER_BYTES),
-                   ('grpc.max_send_message_length', MAX_REQUEST_BYTES)]
+_CLIENT_OPTIONS = [
+    ('grpc.max_receive_message_length', protocol.MAX_ANSWER_BYTES),
+    ('grpc.max_send_message_length', protocol.MAX_REQUEST_BYTES)]
 # Seconds between two log lines about refused or malformed calls.
 _LOG_EVERY_S = 10.0
 
 Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
-
-
-def default_control_port(reverb_port: int) -> int:
-  """The control port a server on `reverb_port` uses unless told otherwise.
-
-  Args:
-    reverb_port: the Reverb port.
-
-  Returns:
-    The Reverb port + 1.
-  """
-  return reverb_port + 1
-
-
-def check_port(name: str, port: int) -> None:
-  """Checks that `port` is a TCP port number.
-
-  Args:
-    name: the argument's name, for the message.
-    port: its value.
-
-  Raises:
-    ValueError: if it is not an integer in 1..65535; names the argument.
-  """
-  if isinstance(port, bool) or not isinstance(port, int) or \
-      not 0 < port < 65536:
-    raise ValueError(f'{name} must be None or a TCP port, got {port!r}.')
-
-
-def control_address_for(server_address: str) -> str:
-  """The default control address of a Reverb server.
-
-  Args:
-    server_address: the Reverb server's 'host:port'.
-
-  Returns:
-    'host:port+1'.
-
-  Raises:
-    ValueError: if `server_address` is not 'host:port'.
-  """
-  host, _, port = server_address.rpartition(':')
-  if not host or not port.isdigit():
-    raise ValueError(f"server_address must be 'host:port', got "
-                     f'{server_address!r}.')
-  return f'{host}:{default_control_port(int(port))}'
 
 
 def _encode(message: Dict[str, Any]) -> bytes:
@@ -140,8 +116,51 @@ class _Throttled:
       if now - self._last < _LOG_EVERY_S:
         return
       count, self._count, self._last = self._count, 0, now
-    logging.warning('Control service: %d %s in the last %g s (latest: %s).',
+    logging.warning('Control service: %d %s in the last %g s (latest: %r).',
                     count, self._what, _LOG_EVERY_S, detail)
+
+
+class _SlowCalls:
+  """Admits slow calls `running` at a time, first come first served.
+
+  At most `waiting` calls wait for their turn; a call that finds the queue
+  full, or whose deadline passes while it waits, is not started.
+  """
+
+  def __init__(self, running: int, waiting: int):
+    self._running, self._max_running = 0, running
+    self._max_waiting = waiting
+    self._queue = collections.deque()
+    self._changed = threading.Condition()
+
+  def enter(self, timeout_s: float) -> Optional[str]:
+    """Waits for this call's turn; None once admitted, else why not."""
+    deadline = time.monotonic() + timeout_s
+    with self._changed:
+      if len(self._queue) >= self._max_waiting:
+        return (f'{self._max_running} slow calls (checkpoints, restores) are '
+                f'running and {len(self._queue)} are waiting')
+      ticket = object()
+      self._queue.append(ticket)
+      while not (self._queue[0] is ticket and
+                 self._running < self._max_running):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+          self._queue.remove(ticket)
+          self._changed.notify_all()
+          return (f'its deadline passed while {self._max_running} slow '
+                  'calls ran before it')
+        self._changed.wait(remaining)
+      self._queue.popleft()
+      self._running += 1
+      self._changed.notify_all()
+    return None
+
+  def leave(self) -> None:
+    """Ends an admitted call: the next in line may start."""
+    with self._changed:
+      self._running -= 1
+      self._changed.notify_all()
 
 
 class ControlServer:
@@ -152,49 +171,49 @@ class ControlServer:
   `RuntimeError` naming only an id that the server's log line carries.
 
   Args:
-    handlers: JSON-in, JSON-out functions by method name.
+    handlers: JSON-in, JSON-out functions by method name (`protocol`).
     port: TCP port to listen on.
-    access: where to listen and who may call (`control_access`).
-    token: the secret every call must carry; None: no token (only with
-      `access.auth` False).
-    slow: the methods that may take long (at most `MAX_SLOW_CALLS` at once;
-      more are answered `ServerBusyError` at once).
+    access: where to listen and who may call (`access.ControlAccess`).
+    secrets: the tokens and TLS credentials (`ControlAccess.secrets()`).
     redact: applied to every answer and error message (e.g. to hide paths
       from callers nobody authenticated); None: none.
 
   Raises:
-    ValueError: if `handlers` is empty or the port cannot be bound.
+    ValueError: if `handlers` is empty or names a method the protocol does
+      not have, or the port cannot be bound.
   """
 
   def __init__(self, handlers: Dict[str, Handler], *, port: int,
-               access: control_access.ControlAccess, token: Optional[str],
-               slow: FrozenSet[str] = frozenset(),
+               access: control_access.ControlAccess,
+               secrets: control_access.ServerSecrets,
                redact: Optional[Callable[[Any], Any]] = None):
-    if not handlers:
-      raise ValueError('handlers must name at least one method, got {}.')
-    if access.auth and not token:
-      raise ValueError('the control service needs a token when access.auth '
-                       'is True.')
-    self._slow, self._redact = slow, redact or (lambda x: x)
-    self._slots = threading.BoundedSemaphore(MAX_SLOW_CALLS)
+    if not handlers or not set(handlers) <= protocol.METHODS:
+      raise ValueError(f'handlers must name methods of '
+                       f'{sorted(protocol.METHODS)}, got {sorted(handlers)}.')
+    if access.auth and not secrets.operator_token:
+      raise ValueError('the control service needs its tokens when '
+                       'access.auth is True.')
+    self._redact = redact or (lambda x: x)
+    self._slow_calls = _SlowCalls(MAX_SLOW_CALLS, MAX_WAITING_SLOW_CALLS)
     self._malformed = _Throttled('malformed requests')
     refused = _Throttled('calls refused without a valid token')
     interceptors = ([control_access.TokenInterceptor(
-        token, on_refused=refused)] if token else [])
+        secrets.operator_token, reader_token=secrets.reader_token,
+        on_refused=refused)] if secrets.operator_token else [])
     self._server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(
             _WORKERS, thread_name_prefix='smart_replay_control'),
         interceptors=interceptors, options=_SERVER_OPTIONS,
         maximum_concurrent_rpcs=MAX_CALLS)
     self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-        SERVICE, {name: grpc.unary_unary_rpc_method_handler(
+        protocol.SERVICE, {name: grpc.stream_unary_rpc_method_handler(
             self._wrap(name, fn), request_deserializer=_decode_request,
             response_serializer=_encode) for name, fn in handlers.items()})])
     address = control_access.bind_address(access.host, port)
-    credentials = access.server_credentials()
     try:
-      self.port = (self._server.add_secure_port(address, credentials)
-                   if credentials else self._server.add_insecure_port(address))
+      self.port = (self._server.add_secure_port(address, secrets.credentials)
+                   if secrets.credentials else
+                   self._server.add_insecure_port(address))
     except RuntimeError as e:
       raise ValueError(f'the control service cannot listen on {address} '
                        f'({e}); pass another control port or host.') from e
@@ -206,19 +225,30 @@ class ControlServer:
     self._server.start()
 
   def _wrap(self, name: str, fn: Handler):
-    def call(request, context):
-      del context
+    slow = name in protocol.SLOW_METHODS
+
+    def call(requests, context):
+      remaining = context.time_remaining()
+      if remaining is None or remaining > protocol.MAX_CALL_S + 1:
+        # Refused before its body is read: nothing waits for it.
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f'a call to {name!r} must have a deadline of at most '
+                      f'{protocol.MAX_CALL_S:g} s')
+      request = next(requests, None)
+      if request is None:
+        return {'error': {'type': 'ValueError', 'message':
+                          f'the call to {name!r} sent no request.'}}
       if isinstance(request, _Malformed):
         self._malformed(f'{name}: {request.why}')
         return {'error': {'type': 'ValueError', 'message':
                           f'bad request to {name!r}: {request.why}; send a '
                           'JSON object.'}}
-      slow = name in self._slow
-      if slow and not self._slots.acquire(blocking=False):
-        return {'error': {'type': 'ServerBusyError', 'message':
-                          f'{MAX_SLOW_CALLS} slow calls (checkpoints, '
-                          f'restores) are running; {name!r} was not '
-                          'started. Try again later.'}}
+      if slow:
+        refused = self._slow_calls.enter(context.time_remaining() or 0.0)
+        if refused is not None:
+          return {'error': {'type': 'ServerBusyError', 'message':
+                            f'{name!r} was not started: {refused}. Try '
+                            'again later.'}}
       try:
         return {'result': self._redact(fn(request))}
       except (errors.SmartReplayError, ValueError) as e:
@@ -233,7 +263,7 @@ class ControlServer:
                           f'{incident} in its log).'}}
       finally:
         if slow:
-          self._slots.release()
+          self._slow_calls.leave()
     return call
 
   def stop(self, grace_s: float = 5.0) -> None:
@@ -245,47 +275,68 @@ class ControlServer:
     self._server.stop(grace_s).wait(grace_s + 1)
 
 
+# What gRPC's details say when the TLS handshake failed, and why.
+_TLS_FAILURES = (
+    ('CERTIFICATE_VERIFY_FAILED', 'its certificate is not one this client '
+     'trusts'),
+    ('WRONG_VERSION_NUMBER', 'it does not speak TLS (a server without '
+     'tokens serves plain TCP; or another program listens there)'),
+    ('Ssl handshake failed', 'the TLS handshake failed'),
+)
+
+
 class ControlClient:
   """Calls a `ControlServer` at `address` ('host:port'), with deadlines.
 
   Args:
-    address: the control service's 'host:port'.
-    credentials: the token and TLS files to present (`ClientCredentials.
-      resolve()`); None: none.
+    address: the control service's 'host:port' ('localhost' is dialled as
+      127.0.0.1, `protocol.dial_address`).
+    credentials: the token and what to check the server with
+      (`ClientCredentials.resolve()`); None: none (plain TCP, no token).
   """
 
   def __init__(self, address: str, *,
                credentials: Optional[
-                   control_access.ClientCredentials] = None):
-    self.address = address
-    self._credentials = credentials or control_access.ClientCredentials()
+                   credentials_lib.ClientCredentials] = None):
+    self.address = protocol.dial_address(address)
+    self._credentials = credentials or credentials_lib.ClientCredentials()
     tls = self._credentials.channel_credentials
-    self._channel = (grpc.secure_channel(address, tls,
-                                         options=_CLIENT_OPTIONS)
-                     if tls else grpc.insecure_channel(
-                         address, options=_CLIENT_OPTIONS))
+    options = _CLIENT_OPTIONS + list(self._credentials.channel_options)
+    self._channel = (grpc.secure_channel(self.address, tls, options=options)
+                     if tls else grpc.insecure_channel(self.address,
+                                                       options=options))
 
   def call(self, method: str, request: Optional[Dict[str, Any]] = None, *,
            timeout_s: float) -> Any:
     """Calls `method` and returns its answer.
 
     Args:
-      method: the handler's name, e.g. 'info' or 'checkpoint'.
+      method: the method's name (`protocol`), e.g. `protocol.INFO`.
       request: its JSON-serializable arguments.
-      timeout_s: the deadline of the call, in seconds.
+      timeout_s: the deadline of the call, in seconds; a longer one than
+        `protocol.MAX_CALL_S` (the longest a server accepts) is cut to it.
 
     Returns:
       The handler's JSON answer.
 
     Raises:
+      ValueError: if `method` is not a method of the protocol, or
+        `timeout_s` is not positive.
       ServerUnavailableError: if no answer came within `timeout_s`.
-      AuthenticationError: if the server refused the token (or its absence);
-        says where this client looked for one.
+      AuthenticationError: if the server refused the token (or its absence),
+        or did not prove it is the buffer's server; says where this client
+        looked and what it trusts.
       ServerBusyError: if the server stayed busy with other slow calls for
         all of `timeout_s`.
       SmartReplayError, ValueError, RuntimeError: what the handler raised,
         with its message; RuntimeError for other gRPC failures.
     """
+    if method not in protocol.METHODS:
+      raise ValueError(f'method must be one of {sorted(protocol.METHODS)}, '
+                       f'got {method!r}.')
+    if not timeout_s > 0:
+      raise ValueError(f'timeout_s must be positive, got {timeout_s!r}.')
+    timeout_s = min(timeout_s, protocol.MAX_CALL_S)
     deadline = time.monotonic() + timeout_s
     wait = 0.05
     while True:
@@ -295,39 +346,20 @@ class ControlClient:
       except errors.ServerBusyError:
         if time.monotonic() + wait > deadline:
           raise
-      time.sleep(wait)
+      # Jitter: clients retrying at once do not collide again.
+      time.sleep(wait * random.uniform(0.5, 1.0))
       wait = min(2 * wait, 1.0)
 
   def _call_once(self, method: str, request: Optional[Dict[str, Any]],
                  timeout_s: float) -> Any:
-    stub = self._channel.unary_unary(f'/{SERVICE}/{method}',
+    stub = self._channel.unary_unary(f'/{protocol.SERVICE}/{method}',
                                      request_serializer=_encode,
                                      response_deserializer=_decode_answer)
     try:
       answer = stub(request or {}, timeout=timeout_s, wait_for_ready=True,
                     metadata=self._credentials.metadata())
     except grpc.RpcError as e:
-      code = e.code()  # pylint: disable=no-member
-      if code == grpc.StatusCode.UNAUTHENTICATED:
-        raise errors.AuthenticationError(
-            f'the smart_replay control service at {self.address} refused '
-            f'{method!r}: it needs the token of its server (the file '
-            'control.token in the buffer directory, or the one given to '
-            'smart-replay-serve --control_token_file). This client looked '
-            f'in: {self._credentials.looked}. Pass control_token_file= (or '
-            f'set ${control_access.TOKEN_FILE_ENV}) to a copy of it.'
-        ) from None
-      if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
-                  grpc.StatusCode.UNAVAILABLE):
-        raise errors.ServerUnavailableError(
-            f'the smart_replay control service at {self.address} did not '
-            f'answer {method!r} within {timeout_s:g} s ({code.name}): it is '
-            'not reachable (is smart-replay-serve running, and its control '
-            'port open from here?), or still working on a long request (a '
-            'large checkpoint).') from None
-      raise RuntimeError(
-          f'the smart_replay control service at {self.address} failed on '
-          f'{method!r}: {code.name} {e.details()}') from None  # pylint: disable=no-member
+      raise self._error(method, timeout_s, e, stub) from None
     if 'error' in answer:
       kind = getattr(errors, answer['error']['type'], None)
       if not (isinstance(kind, type) and issubclass(kind, Exception)):
@@ -336,6 +368,59 @@ class ControlClient:
       raise kind(f'(from the server at {self.address}) '
                  f"{answer['error']['message']}")
     return answer['result']
+
+  def _error(self, method: str, timeout_s: float, e: grpc.RpcError,
+             stub: Any) -> Exception:
+    """The error a failed call raises."""
+    code = e.code()  # pylint: disable=no-member
+    details = e.details() or ''  # pylint: disable=no-member
+    if (code in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                 grpc.StatusCode.UNAVAILABLE) and
+        self._credentials.channel_credentials is not None):
+      # A call waiting for the channel hides why it never connected; one
+      # that does not wait says it (a failed TLS handshake). It carries no
+      # token.
+      try:
+        stub({}, timeout=1.0, wait_for_ready=False)
+      except grpc.RpcError as probe:
+        details += ' ' + (probe.details() or '')  # pylint: disable=no-member
+    where = f'the smart_replay control service at {self.address}'
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+      return errors.AuthenticationError(
+          f'{where} refused {method!r}: it needs a token of its server (a '
+          'copy of control.token, or reader.token for the methods that '
+          'read, from its buffer folder). This client looked in: '
+          f'{self._credentials.looked}. Pass control_token_file= (or set '
+          f'${credentials_lib.TOKEN_FILE_ENV}).')
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+      return errors.AuthenticationError(
+          f'{where} refused {method!r}: {details}. This client\'s token '
+          f'came from {self._credentials.looked}.')
+    for marker, why in _TLS_FAILURES:
+      if marker in details:
+        return errors.AuthenticationError(
+            f'{where} did not prove it is the buffer\'s server ({why}), so '
+            f'{method!r} was not sent. This client trusts '
+            f'{self._credentials.trusts}. If the server made a new '
+            'certificate (its control.pem was removed), copy its '
+            'control.token again; otherwise another program may be '
+            'listening on that port.')
+    if (code == grpc.StatusCode.UNAVAILABLE and
+        self._credentials.channel_credentials is not None and
+        'Socket closed' in details):
+      return errors.ServerUnavailableError(
+          f'{where} closed the connection during the TLS handshake of '
+          f'{method!r}: it may not speak TLS (a server started with '
+          '--nocontrol_auth serves plain TCP), or it is overloaded.')
+    if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.UNAVAILABLE):
+      return errors.ServerUnavailableError(
+          f'{where} did not answer {method!r} within {timeout_s:g} s '
+          f'({code.name}): it is not reachable (is smart-replay-serve '
+          'running, and its control port open from here?), or still '
+          'working on a long request (a large checkpoint).')
+    return RuntimeError(f'{where} failed on {method!r}: {code.name} '
+                        f'{details}')
 
   def close(self) -> None:
     """Closes the channel; safe to call more than once."""

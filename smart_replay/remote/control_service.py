@@ -2,9 +2,9 @@
 
 `serve_control` puts the methods of `handlers` and `coordination` on the
 control port (`server.control`), as `access` says (the address, the token,
-TLS): calls that may take long are bounded (`handlers.SLOW_METHODS`), and a
-service that serves without a token hides this machine's paths, process ids
-and host name from its answers (`handlers.redact`). It logs once what each
+TLS): calls that may take long are bounded (`protocol.SLOW_METHODS`), and
+a service that serves without a token hides this machine's paths, process
+ids and host name from its answers (`handlers.redact`). It logs once what each
 of the server's ports allows.
 """
 
@@ -18,13 +18,15 @@ from smart_replay.remote import handlers
 from smart_replay.remote import status
 from smart_replay.control import channel as control_lib
 from smart_replay.control import access as control_access
+from smart_replay.control import protocol
 
 
 def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
                   checkpoint: Callable[..., str],
                   exclusive: Callable[[], ContextManager[Any]],
                   access: control_access.ControlAccess,
-                  token: Optional[str], port: Optional[int]
+                  secrets: control_access.ServerSecrets,
+                  port: Optional[int]
                   ) -> control_lib.ControlServer:
   """Starts the control service of a `ReplayServer`.
 
@@ -34,7 +36,7 @@ def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
     checkpoint: writes a checkpoint a client asked for (`extra=`).
     exclusive: held while `times_sampled` reads its snapshot.
     access: where to listen and who may call.
-    token: the secret calls must carry (`access.token()`), or None.
+    secrets: the tokens and TLS credentials (`access.secrets()`).
     port: the control port; None: the Reverb port + 1.
 
   Returns:
@@ -50,11 +52,11 @@ def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
                                    checkpoint=checkpoint,
                                    exclusive=exclusive),
        **shard_checkpoints.coordination_handlers(shard)},
-      port=port or control_lib.default_control_port(reverb_port),
-      access=access, token=token, slow=handlers.SLOW_METHODS,
-      redact=None if token else functools.partial(
+      port=port or protocol.default_control_port(reverb_port),
+      access=access, secrets=secrets,
+      redact=None if secrets.operator_token else functools.partial(
           handlers.redact, root=manager.checkpoint_dir))
   logging.warning('%s', status.security_warning(
       port=reverb_port, control_host=access.host, control_port=control.port,
-      access=access.describe()))
+      access=access.describe(secrets.fingerprint)))
   return control

@@ -16,15 +16,13 @@ from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
 from smart_replay.control import channel as control_lib
+from smart_replay.control import protocol
 from smart_replay.storage import coordinated_records
 
 # The largest `extra` a client may store in a manifest (its JSON).
 MAX_EXTRA_BYTES = 64 << 10
 # The most items `times_sampled` lists in one answer.
 MAX_LISTED_ITEMS = 1_000_000
-# Methods that may take long: at most `control.MAX_SLOW_CALLS` run at once.
-SLOW_METHODS = frozenset({'checkpoint', 'times_sampled', 'coordinated_save',
-                          'coordinated_restore'})
 
 
 def client_extra(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -133,5 +131,5 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
     return {name: {str(key): n for key, n in t['times_sampled'].items()}
             for name, t in tables.items()}
 
-  return {'info': info, 'checkpoint': checkpoint_request,
-          'times_sampled': times_sampled}
+  return {protocol.INFO: info, protocol.CHECKPOINT: checkpoint_request,
+          protocol.TIMES_SAMPLED: times_sampled}

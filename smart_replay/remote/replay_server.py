@@ -27,7 +27,7 @@ from smart_replay.remote import requests
 from smart_replay.remote import checkpoint_schedule as schedule_lib
 from smart_replay.remote import serving_record
 from smart_replay.remote import status
-from smart_replay.control import channel as control_lib
+from smart_replay.control import protocol
 from smart_replay.control import access as control_access
 from smart_replay.utils import checks
 from smart_replay.utils import ports
@@ -89,13 +89,13 @@ class ReplayServer:
       raise ValueError(f'on_existing must be one of {ON_EXISTING}, got '
                        f'{on_existing!r}.')
     if control_port is not None:
-      control_lib.check_port('control_port', control_port)
+      protocol.check_port('control_port', control_port)
     self._access = access or control_access.ControlAccess()
     if not isinstance(self._access, control_access.ControlAccess):
       raise ValueError(f'access must be a ControlAccess, got {access!r}.')
     self._manager = manager
     self._control_port = control_port
-    self.token: Optional[str] = None
+    self.secrets = control_access.ServerSecrets()
     self._log_every_s = float(log_every_s)
     self._on_existing = on_existing
     # The control service; (time, stats) of the previous status line.
@@ -104,9 +104,11 @@ class ReplayServer:
     # loop reach them).
     self._lock = threading.RLock()
     # Client-requested checkpoints: coalesced, in their own retention group.
+    # Saves clients ask for (requested and coordinated), spaced in time.
+    self.spacing = requests.Spacing()
     self._requests = requests.CheckpointRequests(
         lambda extra: self.checkpoint(extra=extra, reason='a client asked'),
-        self._lock)
+        self._lock, spacing=self.spacing)
     self._started = self._closed = False
     self._restart_loss = self._instance = None
     self._broken = None  # The error that left nothing to serve, if any.
@@ -132,7 +134,8 @@ class ReplayServer:
       raise errors.ManagerStateError('this ReplayServer is already started.')
     manager = self._manager
     given = self._given_control_port()  # Checked before anything opens.
-    self.token = self._access.token(manager.checkpoint_dir)  # Before opening.
+    # Before opening: a folder or token file that is not safe stops it.
+    self.secrets = self._access.secrets(manager.checkpoint_dir)
     previous = serving_record.read(manager.checkpoint_dir)
     schedule = self._schedule
     if opening.open_buffer(manager, on_existing=self._on_existing):
@@ -171,7 +174,7 @@ class ReplayServer:
     reverb_port = self._manager.options.location.port
     if self._control_port is None and reverb_port is None:
       return None
-    port = self._control_port or control_lib.default_control_port(reverb_port)
+    port = self._control_port or protocol.default_control_port(reverb_port)
     if not ports.is_free(port):
       which = ('the control port' if self._control_port else
                f"the control port, Reverb's port {reverb_port} + 1,")
@@ -196,7 +199,7 @@ class ReplayServer:
             self, instance=self._instance,
             checkpoint=self._requests.request,
             exclusive=lambda: self._lock, access=self._access,
-            token=self.token, port=candidate)
+            secrets=self.secrets, port=candidate)
       except ValueError as e:
         if port is not None or attempt == _CONTROL_ATTEMPTS:
           raise
@@ -232,8 +235,13 @@ class ReplayServer:
 
   @property
   def token_file(self) -> Optional[str]:
-    """The file clients read the control token from (None without one)."""
-    return self._access.token_path(self._manager.checkpoint_dir)
+    """The operator token file clients copy (None without tokens)."""
+    return self.secrets.operator_file
+
+  @property
+  def reader_token_file(self) -> Optional[str]:
+    """The reader token file (read-only methods, metrics), or None."""
+    return self.secrets.reader_file
 
   @property
   def schedule(self) -> schedule_lib.CheckpointSchedule:

@@ -23,7 +23,9 @@ from typing import Any, Dict, List, Protocol
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import handlers
+from smart_replay.remote import requests
 from smart_replay.control import channel as control_lib
+from smart_replay.control import protocol
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
 
@@ -34,6 +36,10 @@ class Shard(Protocol):
   @property
   def manager(self) -> manager_lib.ReplayBufferManager:
     """The served buffer's manager (it changes at a reload)."""
+
+  @property
+  def spacing(self) -> requests.Spacing:
+    """Spaces the saves clients ask for."""
 
   def checkpoint(self, *, extra: Any = None, reason: str = '') -> str:
     """Writes a checkpoint now; returns its folder."""
@@ -69,8 +75,9 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
     coordinated_id = coordinated_records.check_current_id(request.get('id'))
     extra = handlers.client_extra(request)
     extra[coordinated_records.EXTRA_KEY] = coordinated_id
-    path = shard.checkpoint(extra=extra,
-                            reason=f'coordinated checkpoint {coordinated_id}')
+    with shard.spacing.spaced():
+      path = shard.checkpoint(
+          extra=extra, reason=f'coordinated checkpoint {coordinated_id}')
     return {'path': path, 'counts': checkpoint_folders.read_manifest(path)['counts']}
 
   def commit(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -110,5 +117,7 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
     new = shard.reload(path, reason=f'coordinated checkpoint {coordinated_id}')
     return {'path': path, 'checkpoint': new}
 
-  return {'coordinated_save': save, 'coordinated_commit': commit,
-          'coordinated_list': listing, 'coordinated_restore': restore}
+  return {protocol.COORDINATED_SAVE: save,
+          protocol.COORDINATED_COMMIT: commit,
+          protocol.COORDINATED_LIST: listing,
+          protocol.COORDINATED_RESTORE: restore}

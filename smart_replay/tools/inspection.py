@@ -16,7 +16,8 @@ import reverb
 from smart_replay import errors
 from smart_replay.backends import starter as starter_lib
 from smart_replay.control import channel as control_lib
-from smart_replay.control import access as control_access
+from smart_replay.control import protocol
+from smart_replay.control import credentials as credentials_lib
 from smart_replay.server import local_server as server_lib
 from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
@@ -202,7 +203,7 @@ def _starter(reference: Optional[Dict[str, Any]]
 def describe_server(address: str, *, timeout_s: float = 10.0,
                     control_address: Optional[str] = None,
                     credentials: Optional[
-                        control_access.ClientCredentials] = None
+                        credentials_lib.ClientCredentials] = None
                     ) -> Dict[str, Any]:
   """Describes the buffer a running `smart-replay-serve` holds.
 
@@ -224,10 +225,10 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
   """
   info = server_lib.server_info(reverb.Client(address), timeout_s)
   control = control_lib.ControlClient(
-      control_address or control_lib.control_address_for(address),
-      credentials=credentials or control_access.ClientCredentials.resolve())
+      control_address or protocol.control_address_for(address),
+      credentials=credentials or credentials_lib.ClientCredentials.resolve())
   try:
-    served = control.call('info', timeout_s=timeout_s)
+    served = control.call(protocol.INFO, timeout_s=timeout_s)
   finally:
     control.close()
   config = served['config']
@@ -257,7 +258,7 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
 
 
 def describe(target: str, *, timeout_s: float = 10.0,
-             credentials: Optional[control_access.ClientCredentials] = None
+             credentials: Optional[credentials_lib.ClientCredentials] = None
              ) -> Dict[str, Any]:
   """Describes a buffer directory, checkpoint folder or server address.
 

@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional
 
 from smart_replay import errors
 from smart_replay.control import channel as control_lib
-from smart_replay.control import access as control_access
+from smart_replay.control import protocol
+from smart_replay.control import credentials as credentials_lib
 from smart_replay.tools import inspection
 
 # Table counts summed over the shards.
@@ -45,7 +46,7 @@ def shard_addresses(target: str) -> List[str]:
 
 def describe_shards(addresses: List[str], *, timeout_s: float = 10.0,
                     credentials: Optional[
-                        control_access.ClientCredentials] = None
+                        credentials_lib.ClientCredentials] = None
                     ) -> Dict[str, Any]:
   """Describes a buffer sharded over running `smart-replay-serve`s.
 
@@ -65,7 +66,7 @@ def describe_shards(addresses: List[str], *, timeout_s: float = 10.0,
   Raises:
     ServerUnavailableError: if no shard answers.
   """
-  credentials = credentials or control_access.ClientCredentials.resolve()
+  credentials = credentials or credentials_lib.ClientCredentials.resolve()
   shards, described = [], []
   with concurrent.futures.ThreadPoolExecutor(len(addresses)) as pool:
     asked = [pool.submit(inspection.describe_server, address,
@@ -100,16 +101,16 @@ def describe_shards(addresses: List[str], *, timeout_s: float = 10.0,
 
 
 def _common_coordinated(addresses: List[str], timeout_s: float,
-                        credentials: control_access.ClientCredentials
+                        credentials: credentials_lib.ClientCredentials
                         ) -> List[str]:
   """Ids of the coordinated checkpoints every answering shard records."""
   held = []
   for address in addresses:
     control = control_lib.ControlClient(
-        control_lib.control_address_for(address), credentials=credentials)
+        protocol.control_address_for(address), credentials=credentials)
     try:
       held.append({r['id'] for r in control.call(
-          'coordinated_list', timeout_s=timeout_s)['records']})
+          protocol.COORDINATED_LIST, timeout_s=timeout_s)['records']})
     except errors.SmartReplayError:
       held.append(set())
     finally:
@@ -118,7 +119,7 @@ def _common_coordinated(addresses: List[str], timeout_s: float,
 
 
 def describe(target: str, *, timeout_s: float = 10.0,
-             credentials: Optional[control_access.ClientCredentials] = None
+             credentials: Optional[credentials_lib.ClientCredentials] = None
              ) -> Dict[str, Any]:
   """Describes a sharded buffer (comma-separated addresses) or any target
   `inspection.describe` takes.

@@ -22,7 +22,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..', 'smart_replay')
 # Lowest first. The root modules `errors` and `_reverb_internal` are layer 0.
 LAYERS = ('', 'utils', 'ops', 'spec', 'layouts', 'config', 'storage',
-          'server', 'backends', 'writing', 'sampling', 'manager',
+          'server', 'control', 'backends', 'writing', 'sampling', 'manager',
           'integrations', 'remote', 'tools', 'apps')
 # Packages that must not import each other, whatever their order.
 INDEPENDENT = (('writing', 'sampling'),)

@@ -1,25 +1,48 @@
 """Shards of a sharded buffer in the test's process: `ReplayServer`s, each
 on its own port and directory (the server of `smart-replay-serve`), all
-with one control token file, which the test's clients find through
-`$SMART_REPLAY_CONTROL_TOKEN_FILE`."""
+with one control token file and one server identity (key and
+certificate), which the test's clients find through
+`$SMART_REPLAY_CONTROL_TOKEN_FILE` (the token file carries the
+certificate)."""
+
+import os
 
 import pytest
 
 import smart_replay
 from smart_replay.remote import replay_server as serve
 from smart_replay.control import access as control_access
+from smart_replay.control import credentials
 from tests.smart_replay.remote import remote_workers
-from tests.smart_replay.remote import serve_process
+
+
+def shared_credentials(folder):
+  """`(token_file, identity_file)` shared by a test's servers (made once):
+  serve with `ControlAccess(token_file=token_file, tls_cert_file=
+  identity_file, tls_key_file=identity_file)`; clients use `token_file`."""
+  token_file = os.path.join(folder, 'shared.token')
+  if os.path.exists(token_file):
+    return token_file, os.path.join(folder, 'shared.pem')
+  return smart_replay.new_shared_control_credentials(folder)
+
+
+def shared_access(folder, **kwargs):
+  """The `ControlAccess` of a test's servers (`shared_credentials`)."""
+  token_file, identity_file = shared_credentials(folder)
+  return control_access.ControlAccess(
+      token_file=token_file, tls_cert_file=identity_file,
+      tls_key_file=identity_file, **kwargs)
 
 
 @pytest.fixture
 def shards(tmp_path, data_spec, monkeypatch):
   """`start(n, **manager_kwargs)`: n servers; returns their addresses.
   `start.servers` lists them; `start.restart(k)` serves shard k again on
-  its port, from its directory, with the same arguments; `start.token_file` is their token file."""
+  its port, from its directory, with the same arguments; `start.token_file` is their token
+  file."""
   servers, made, ports, arguments = [], [], [], []
-  token_file = serve_process.shared_token_file(tmp_path)
-  monkeypatch.setenv(control_access.TOKEN_FILE_ENV, token_file)
+  token_file, _ = shared_credentials(str(tmp_path))
+  monkeypatch.setenv(credentials.TOKEN_FILE_ENV, token_file)
 
   def serve_shard(index, port, kwargs):
     manager = smart_replay.ReplayBufferManager(
@@ -28,7 +51,7 @@ def shards(tmp_path, data_spec, monkeypatch):
         **{'sequence_length': 2, **kwargs})
     server = serve.ReplayServer(
         manager, control_port=port + 1,
-        access=control_access.ControlAccess(token_file=token_file))
+        access=shared_access(str(tmp_path)))
     server.start()
     made.append(server)
     return server

@@ -35,11 +35,15 @@ from smart_replay.remote import replay_server as serve
 from smart_replay.remote import serving_record
 from smart_replay.control import channel as control
 from smart_replay.control import access as control_access
+from smart_replay.control import certificates
+from smart_replay.control import credentials as credentials_lib
+from smart_replay.control import protocol
+from smart_replay.control import tokens
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
 from tests import testing
 from tests.smart_replay.remote import remote_workers
-from tests.smart_replay.remote import serve_process
+from tests.smart_replay.remote import in_process_shards
 
 TABLE = 'experience'
 FAR_FUTURE_ID = '99991231T235959999999Z-deadbeef'
@@ -59,14 +63,17 @@ def server_for(tmp_path, data_spec):
   test."""
   servers = []
 
-  def start(name='buffer', *, auth=True, token_file=None, **kwargs):
+  def start(name='buffer', *, auth=True, token_file=None, tls_cert_file=None,
+            tls_key_file=None, **kwargs):
     port = remote_workers.free_port_pair()
     manager = smart_replay.ReplayBufferManager(
         data_spec=data_spec, capacity=200, sequence_length=2,
         checkpoint_dir=str(tmp_path / name), port=port)
     server = serve.ReplayServer(
         manager, control_port=port + 1,
-        access=control_access.ControlAccess(auth=auth, token_file=token_file),
+        access=control_access.ControlAccess(
+            auth=auth, token_file=token_file, tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file),
         **kwargs)
     server.start()
     servers.append(server)
@@ -86,7 +93,13 @@ class Attacker:
   """
 
   def __init__(self, server, token=None):
-    self.channel = grpc.insecure_channel(f'127.0.0.1:{server.control_port}')
+    address = f'127.0.0.1:{server.control_port}'
+    # TLS as the server serves it (it does whenever it has tokens).
+    certificate = _held(server).certificate if server.token_file else None
+    self.channel = grpc.secure_channel(
+        address, grpc.ssl_channel_credentials(certificate),
+        options=certificates.channel_options(certificate)) if certificate \
+        else grpc.insecure_channel(address)
     self.metadata = (None if token is None else
                      (('authorization', f'Bearer {token}'),))
 
@@ -96,7 +109,7 @@ class Attacker:
     Raises:
       grpc.RpcError: if gRPC refused the call.
     """
-    stub = self.channel.unary_unary(f'/{control.SERVICE}/{method}')
+    stub = self.channel.unary_unary(f'/{protocol.SERVICE}/{method}')
     return stub(body, timeout=timeout_s,
                 metadata=self.metadata if metadata == 'own' else metadata)
 
@@ -134,9 +147,12 @@ def attacker_for():
     attacker.close()
 
 
+def _held(server):
+  return tokens.read_token_file(server.token_file, what='the test')
+
+
 def _token(server):
-  with open(server.token_file) as f:
-    return f.read().strip()
+  return _held(server).token
 
 
 def _client(server, data_spec):
@@ -286,8 +302,15 @@ def test_calls_without_the_token_are_refused_and_change_nothing(
   assert _state(server, legit) == before
   assert _disk(server) == disk
   # The project's client says what is wrong and where it looked.
-  client = control.ControlClient(f'127.0.0.1:{server.control_port}')
-  with pytest.raises(smart_replay.AuthenticationError, match='control.token'):
+  certificate = _held(server).certificate
+  client = control.ControlClient(
+      f'127.0.0.1:{server.control_port}',
+      credentials=credentials_lib.ClientCredentials(
+          looked='nowhere at all', channel_credentials=grpc
+          .ssl_channel_credentials(certificate),
+          channel_options=tuple(certificates.channel_options(certificate))))
+  with pytest.raises(smart_replay.AuthenticationError,
+                     match='control.token.*looked in: nowhere at all'):
     client.call('info', timeout_s=10)
   client.close()
 
@@ -494,8 +517,10 @@ def test_planted_far_future_records_neither_push_out_nor_hijack(
   set ahead) are skipped by coordinated_list, do not prune the real record,
   and the project's own sharded restore picks the real coordinated
   checkpoint."""
-  token_file = serve_process.shared_token_file(tmp_path)
-  shards = [server_for(f'shard{k}', token_file=token_file) for k in range(2)]
+  token_file, identity = in_process_shards.shared_credentials(str(tmp_path))
+  shards = [server_for(f'shard{k}', token_file=token_file,
+                       tls_cert_file=identity, tls_key_file=identity)
+            for k in range(2)]
   addresses = [s.manager.server_address for s in shards]
   attacker = attacker_for(shards[0], token=True)
   saved = [len(_write(s, data_spec, 30, seed=k)) for k, s in enumerate(shards)]
@@ -730,7 +755,8 @@ def test_times_sampled_racing_with_checkpoints_all_succeed(
   items = _items(server)
   client = control.ControlClient(
       f'127.0.0.1:{server.control_port}',
-      credentials=control_access.ClientCredentials(token=_token(server)))
+      credentials=credentials_lib.ClientCredentials.resolve(
+          token_file=server.token_file, environ={}))
 
   calls = 6
 

@@ -16,6 +16,7 @@ from smart_replay.remote import replay_server as serve
 from smart_replay.server import local_server
 from smart_replay.spec import specs
 from smart_replay.utils import ports
+from smart_replay.control import credentials as credentials_lib
 from tests import testing
 
 
@@ -170,28 +171,31 @@ def test_spec_file_round_trip(tmp_path, data_spec):
     specs.load_spec(str(bad))
 
 
-def test_control_service_refuses_a_port_in_use_and_reraises_errors():
+def test_control_service_refuses_a_port_in_use_and_reraises_errors(
+    tmp_path):
   from smart_replay.control import channel as control  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
   from smart_replay.control import access as control_access
   def fails(request):
     raise smart_replay.WaitTimeoutError(f'took too long: {request}')
   access = control_access.ControlAccess()
+  secrets = access.secrets(str(tmp_path / 'buffer'))
   first = control.ControlServer({'info': lambda request: {'ok': 1},
-                                 'fails': fails}, port=0, access=access,
-                                token='t0ken')
+                                 'checkpoint': fails}, port=0, access=access,
+                                secrets=secrets)
   try:
     with pytest.raises(ValueError, match=f'127.0.0.1:{first.port}'):
       control.ControlServer({'info': dict}, port=first.port, access=access,
-                            token='t0ken')
+                            secrets=secrets)
     client = control.ControlClient(
         f'localhost:{first.port}',
-        credentials=control_access.ClientCredentials(token='t0ken'))
+        credentials=credentials_lib.ClientCredentials.resolve(
+            token_file=secrets.operator_file, environ={}))
     assert client.call('info', timeout_s=5) == {'ok': 1}
     with pytest.raises(smart_replay.WaitTimeoutError,
                        match=r"from the server .* took too long: \{'x': 1\}"):
-      client.call('fails', {'x': 1}, timeout_s=5)
-    with pytest.raises(RuntimeError, match='UNIMPLEMENTED'):
+      client.call('checkpoint', {'x': 1}, timeout_s=5)
+    with pytest.raises(ValueError, match="method must be one of .* 'missing'"):
       client.call('missing', timeout_s=5)
     client.close()
   finally:

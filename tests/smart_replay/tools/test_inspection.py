@@ -8,6 +8,7 @@ import smart_replay
 from smart_replay.config import tables
 from smart_replay.remote import replay_server as serve
 from smart_replay.control import access as control_access
+from smart_replay.control import credentials as credentials_lib
 from smart_replay.tools import inspection
 from tests import testing
 
@@ -95,7 +96,7 @@ def test_describes_a_running_server(tmp_path, data_spec):
     d = inspection.describe_server(
         manager.server_address,
         control_address=f'localhost:{server.control_port}',
-        credentials=control_access.ClientCredentials.resolve(
+        credentials=credentials_lib.ClientCredentials.resolve(
             token_file=server.token_file))
     table = d['tables']['experience']
     assert table['items'] == table['size'] == manager.num_frames() > 0
