@@ -74,7 +74,8 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
   try:
     if metrics_port is not None:
       endpoint = metrics.MetricsEndpoint(
-          server, port=metrics_port, host=metrics_host, token=server.token,
+          server, port=metrics_port, host=metrics_host,
+          token=server.secrets.reader_token,
           tls_cert_file=access.tls_cert_file,
           tls_key_file=access.tls_key_file,
           tls_client_ca_file=access.tls_client_ca_file,
@@ -83,7 +84,7 @@ def serve(*, spec_file: str, checkpoint_dir: str, port: int = 8000,
              else ' The control service asks for NO token.')
     ready(f'Serving {[c.name for c in manager.table_configs]} at '
           f'{server.address} (Reverb; control at {access.host}:'
-          f'{server.control_port}); on this machine: localhost:{server.port}.'
+          f'{server.control_port}); on this machine: 127.0.0.1:{server.port}.'
           f' Checkpoints in {manager.checkpoint_dir}.{token}' +
           (f' Metrics at {endpoint.url}.' if endpoint else ''))
   except BaseException:

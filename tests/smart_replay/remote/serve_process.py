@@ -18,9 +18,10 @@ import time
 
 import pytest
 
-from smart_replay.control import access as control_access
+from smart_replay.control import credentials
 from smart_replay.spec import specs
 from tests import testing
+from tests.smart_replay.remote import in_process_shards
 from tests.smart_replay.remote import remote_workers
 
 ROOT = testing.ROOT
@@ -35,13 +36,16 @@ class ServeProcess:
     spec_file = str(tmp_path / 'spec.pbtxt')
     if not os.path.exists(spec_file):
       specs.save_spec(spec_file, remote_workers.data_spec())
-    self.token_file = shared_token_file(tmp_path)
+    self.token_file, identity = in_process_shards.shared_credentials(
+        str(tmp_path))
     self.log_path = str(tmp_path / f'serve-{time.monotonic_ns()}.log')
     self._log = open(self.log_path, 'w')
     self.process = subprocess.Popen(
         [sys.executable, '-m', 'smart_replay_scripts.serve',
          f'--spec_file={spec_file}', f'--checkpoint_dir={checkpoint_dir}',
          f'--port={port}', f'--control_token_file={self.token_file}',
+         f'--control_tls_cert_file={identity}',
+         f'--control_tls_key_file={identity}',
          *flags,
          '--gin_bindings=ReplayBufferManager.capacity=100000',
          '--gin_bindings=ReplayServer.log_every_s=1.0'] +
@@ -76,17 +80,15 @@ class ServeProcess:
 
 
 def shared_token_file(tmp_path):
-  """The control token file of a test's servers (made once, mode 0600)."""
-  path = str(tmp_path / 'control.token')
-  if not os.path.exists(path):
-    control_access.new_token_file(path)
-  return path
+  """The control token file of a test's servers (made once, mode 0600; it
+  carries the certificate they share, `in_process_shards`)."""
+  return in_process_shards.shared_credentials(str(tmp_path))[0]
 
 
 @pytest.fixture
 def served(tmp_path, monkeypatch):
   servers = []
-  monkeypatch.setenv(control_access.TOKEN_FILE_ENV,
+  monkeypatch.setenv(credentials.TOKEN_FILE_ENV,
                      shared_token_file(tmp_path))
 
   def start(*bindings, checkpoint_dir=None, port=None, flags=()):

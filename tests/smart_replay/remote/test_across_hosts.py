@@ -30,18 +30,20 @@ made (not root, no `ip`, no permission) and the firewall test without `nft`.
 
 import json
 import os
-import secrets
 import sys
 import time
 
-from smart_replay.control import access as control_access
+from smart_replay.control import certificates
+from smart_replay.control import credentials
+from smart_replay.control import tokens
+from tests.smart_replay.remote import in_process_shards
 from tests.smart_replay.remote import netns
 from tests.smart_replay.remote.netns import hosts  # pylint: disable=unused-import
 
 SERVER, CLIENT, OTHER = (netns.SERVER_ADDRESS, netns.CLIENT_ADDRESS,
                          netns.OTHER_CLIENT_ADDRESS)
-TOKEN_ENV = control_access.TOKEN_ENV
-TOKEN_FILE_ENV = control_access.TOKEN_FILE_ENV
+TOKEN_ENV = credentials.TOKEN_ENV
+TOKEN_FILE_ENV = credentials.TOKEN_FILE_ENV
 PORT = 8000  # Each namespace has its own ports: fixed ones are free.
 SHARD_PORTS = (8000, 8010, 8020)
 ACTORS, STEPS = 3, 40
@@ -69,14 +71,22 @@ def _spec_file(tmp_path):
   return path
 
 
+def _identity(folder):
+  """The TLS identity (key and certificate) the tests' servers share."""
+  return in_process_shards.shared_credentials(str(folder))[1]
+
+
 def _serve(namespace, tmp_path, name, port, *flags):
-  """Starts `smart-replay-serve` in `namespace` (not waiting for it)."""
+  """Starts `smart-replay-serve` in `namespace` (not waiting for it), with
+  the tests' shared TLS identity."""
+  identity = _identity(tmp_path)
   return namespace.start(
       _serve_argv() + [
           f'--spec_file={_spec_file(tmp_path)}',
           f'--checkpoint_dir={tmp_path / name}', f'--port={port}',
           '--capacity=10000', '--gin_bindings=ReplayServer.log_every_s=1.0',
-          *flags], name)
+          f'--control_tls_cert_file={identity}',
+          f'--control_tls_key_file={identity}', *flags], name)
 
 
 def _serving(*servers):
@@ -86,10 +96,11 @@ def _serving(*servers):
 
 
 def _token_file(path):
-  """A control token file (mode 0600) with a fresh secret."""
-  fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-  with os.fdopen(fd, 'w') as f:
-    f.write(secrets.token_urlsafe(32) + '\n')
+  """A control token file (mode 0600) with a fresh secret and the shared
+  certificate of the tests' servers (`_identity`)."""
+  with open(_identity(path.parent), 'rb') as f:
+    certificate = certificates.split_certificates(f.read())[1][0]
+  tokens.new_token_file(str(path), certificate=certificate)
   return str(path)
 
 
