@@ -42,6 +42,7 @@ setuptools.setup(
         'absl-py',
         'gin-config',
         'grpcio',  # the control service of smart-replay-serve (TF needs it too)
+        'cryptography',  # the control service's own TLS certificate
         'numpy<2',
         'tqdm',
         'prometheus-client',  # smart-replay-serve --metrics_port
