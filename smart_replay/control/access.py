@@ -25,7 +25,7 @@ import dataclasses
 import hmac
 import ipaddress
 import os
-from typing import Callable, Collection, Optional
+from typing import Callable, Collection, Optional, Tuple
 
 from absl import logging
 import gin
@@ -77,22 +77,6 @@ def bind_address(host: str, port: int) -> str:
   return f'{host}:{port}'
 
 
-def _check_file(name: str, path: Optional[str]) -> None:
-  """Checks an optional file argument."""
-  if path is None:
-    return
-  if not isinstance(path, str) or not os.path.isfile(path):
-    raise ValueError(f'{name} must be None or an existing file, got '
-                     f'{path!r}.')
-
-
-def _read(path: Optional[str]) -> Optional[bytes]:
-  if path is None:
-    return None
-  with open(path, 'rb') as f:
-    return f.read()
-
-
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
 class ControlAccess:
@@ -135,7 +119,7 @@ class ControlAccess:
     if not isinstance(self.host, str) or not self.host:
       raise ValueError(f'control host must be an address, got {self.host!r}.')
     for name in ('tls_cert_file', 'tls_key_file', 'tls_client_ca_file'):
-      _check_file(f'control {name}', getattr(self, name))
+      certificates.check_tls_file(f'control {name}', getattr(self, name))
     if (self.tls_cert_file is None) != (self.tls_key_file is None):
       raise ValueError(
           'control tls_cert_file and tls_key_file go together, got '
@@ -181,28 +165,7 @@ class ControlAccess:
         and its key.
     """
     os.makedirs(buffer_dir, mode=0o700, exist_ok=True)
-    certificate = None
-    if self.tls_cert_file is not None:
-      _, chain = certificates.split_certificates(_read(self.tls_cert_file))
-      key = certificates.split_certificates(private_files.read_private_file(
-          self.tls_key_file, what='control tls_key_file'))[0]
-      if not chain:
-        raise ValueError(f'control tls_cert_file={self.tls_cert_file!r} '
-                         'holds no PEM certificate.')
-      certificates.check_pair(
-          chain[0], key, what=f'control tls_cert_file={self.tls_cert_file!r}'
-          f' and tls_key_file={self.tls_key_file!r}')
-      credentials = grpc.ssl_server_credentials(
-          [(key.strip() + b'\n', b''.join(chain))],
-          root_certificates=_read(self.tls_client_ca_file),
-          require_client_auth=self.tls_client_ca_file is not None)
-      if len(chain) == 1 and certificates.is_own(chain[0]):
-        certificate = chain[0]  # Shared by servers: clients pin it too.
-    elif self.auth:
-      certificate, key = certificates.own_certificate(buffer_dir)
-      credentials = grpc.ssl_server_credentials([(key, certificate)])
-    else:
-      credentials = None
+    credentials, certificate = self._tls(buffer_dir)
     if not self.auth:
       return ServerSecrets(credentials=credentials)
     given = None
@@ -230,6 +193,34 @@ class ControlAccess:
         credentials=credentials,
         fingerprint=certificates.fingerprint(certificate)
         if certificate else None)
+
+  def _tls(self, buffer_dir: str) -> Tuple[
+      Optional[grpc.ServerCredentials], Optional[bytes]]:
+    """The port's TLS credentials, and the certificate clients pin (the
+    server's own, or a shared one made by `certificates.write_identity`;
+    None for a CA's)."""
+    if self.tls_cert_file is not None:
+      chain = certificates.split_certificates(
+          certificates.read_tls_file(self.tls_cert_file))[1]
+      key = certificates.split_certificates(private_files.read_private_file(
+          self.tls_key_file, what='control tls_key_file'))[0]
+      if not chain:
+        raise ValueError(f'control tls_cert_file={self.tls_cert_file!r} '
+                         'holds no PEM certificate.')
+      certificates.check_pair(
+          chain[0], key, what=f'control tls_cert_file={self.tls_cert_file!r}'
+          f' and tls_key_file={self.tls_key_file!r}')
+      credentials = grpc.ssl_server_credentials(
+          [(key.strip() + b'\n', b''.join(chain))],
+          root_certificates=certificates.read_tls_file(
+              self.tls_client_ca_file),
+          require_client_auth=self.tls_client_ca_file is not None)
+      own = len(chain) == 1 and certificates.is_own(chain[0])
+      return credentials, chain[0] if own else None
+    if self.auth:
+      certificate, key = certificates.own_certificate(buffer_dir)
+      return grpc.ssl_server_credentials([(key, certificate)]), certificate
+    return None, None
 
   def describe(self, fingerprint: Optional[str] = None) -> str:
     """How the service is protected, for the start-up log line.

@@ -37,6 +37,31 @@ _BEGIN = b'-----BEGIN CERTIFICATE-----'
 _END = b'-----END CERTIFICATE-----'
 
 
+def check_tls_file(name: str, path: Optional[str]) -> None:
+  """Checks an optional TLS file argument (a certificate, key or CA).
+
+  Args:
+    name: the argument's name, for the message.
+    path: its value.
+
+  Raises:
+    ValueError: if it is given and not an existing file (names both).
+  """
+  if path is None:
+    return
+  if not isinstance(path, str) or not os.path.isfile(path):
+    raise ValueError(f'{name} must be None or an existing file, got '
+                     f'{path!r}.')
+
+
+def read_tls_file(path: Optional[str]) -> Optional[bytes]:
+  """The bytes of an optional TLS file (None for None)."""
+  if path is None:
+    return None
+  with open(path, 'rb') as f:
+    return f.read()
+
+
 def new_certificate() -> Tuple[bytes, bytes]:
   """A fresh self-signed certificate for `SERVER_NAME` and its key.
 

@@ -305,6 +305,9 @@ class ControlClient:
     self._channel = (grpc.secure_channel(self.address, tls, options=options)
                      if tls else grpc.insecure_channel(self.address,
                                                        options=options))
+    # A client without TLS first checks, once, that the server does not
+    # close its connections at once (it serves TLS: it wants a token).
+    self._checked = tls is not None
 
   def call(self, method: str, request: Optional[Dict[str, Any]] = None, *,
            timeout_s: float) -> Any:
@@ -338,6 +341,8 @@ class ControlClient:
       raise ValueError(f'timeout_s must be positive, got {timeout_s!r}.')
     timeout_s = min(timeout_s, protocol.MAX_CALL_S)
     deadline = time.monotonic() + timeout_s
+    if not self._checked:
+      self._check_plain(timeout_s)
     wait = 0.05
     while True:
       try:
@@ -349,6 +354,20 @@ class ControlClient:
       # Jitter: clients retrying at once do not collide again.
       time.sleep(wait * random.uniform(0.5, 1.0))
       wait = min(2 * wait, 1.0)
+
+  def _check_plain(self, timeout_s: float) -> None:
+    """Raises at once if a server closes this plain client's connections
+    (a server with tokens serves TLS); a server that is down is waited for
+    by the call itself."""
+    stub = self._channel.unary_unary(f'/{protocol.SERVICE}/{protocol.INFO}',
+                                     request_serializer=_encode,
+                                     response_deserializer=_decode_answer)
+    try:
+      stub({}, timeout=min(2.0, timeout_s), wait_for_ready=False)
+    except grpc.RpcError as e:
+      if 'Socket closed' in (e.details() or ''):  # pylint: disable=no-member
+        raise self._error(protocol.INFO, timeout_s, e, stub) from None
+    self._checked = True
 
   def _call_once(self, method: str, request: Optional[Dict[str, Any]],
                  timeout_s: float) -> Any:
@@ -412,6 +431,21 @@ class ControlClient:
           f'{where} closed the connection during the TLS handshake of '
           f'{method!r}: it may not speak TLS (a server started with '
           '--nocontrol_auth serves plain TCP), or it is overloaded.')
+    if self._credentials.channel_credentials is None and code in (
+        grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+      # Without TLS, a server that asks for tokens (it serves TLS) closes
+      # every connection: this is what a client without a token sees.
+      try:
+        stub({}, timeout=1.0, wait_for_ready=False)
+      except grpc.RpcError as probe:
+        if 'Socket closed' in (probe.details() or ''):  # pylint: disable=no-member
+          return errors.AuthenticationError(
+              f'{where} closed the connection of {method!r} at once: it '
+              'serves TLS, as a server that asks for tokens does, and this '
+              'client has no token to send (it looked in: '
+              f'{self._credentials.looked}). Pass control_token_file= (a '
+              'copy of the server\'s control.token, which carries its '
+              f'certificate) or set ${credentials_lib.TOKEN_FILE_ENV}.')
     if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
                 grpc.StatusCode.UNAVAILABLE):
       return errors.ServerUnavailableError(

@@ -26,22 +26,6 @@ TOKEN_ENV = 'SMART_REPLAY_CONTROL_TOKEN'
 TOKEN_FILE_ENV = 'SMART_REPLAY_CONTROL_TOKEN_FILE'
 
 
-def _check_file(name: str, path: Optional[str]) -> None:
-  """Checks an optional file argument."""
-  if path is None:
-    return
-  if not isinstance(path, str) or not os.path.isfile(path):
-    raise ValueError(f'{name} must be None or an existing file, got '
-                     f'{path!r}.')
-
-
-def _read(path: Optional[str]) -> Optional[bytes]:
-  if path is None:
-    return None
-  with open(path, 'rb') as f:
-    return f.read()
-
-
 @dataclasses.dataclass(frozen=True)
 class ClientCredentials:
   """What a client presents to a control service.
@@ -99,7 +83,7 @@ class ClientCredentials:
     for name, path in (('control_tls_ca_file', tls_ca_file),
                        ('control_tls_cert_file', tls_cert_file),
                        ('control_tls_key_file', tls_key_file)):
-      _check_file(name, path)
+      certificates.check_tls_file(name, path)
     if (tls_cert_file is None) != (tls_key_file is None) or (
         tls_cert_file and not tls_ca_file):
       raise ValueError(
@@ -119,7 +103,8 @@ class ClientCredentials:
       held = tokens.read_token_file(path, what=f'${TOKEN_FILE_ENV}')
       looked = f'${TOKEN_FILE_ENV}={path}'
     if tls_ca_file is not None:
-      root, trusts = _read(tls_ca_file), f'control_tls_ca_file={tls_ca_file}'
+      root = certificates.read_tls_file(tls_ca_file)
+      trusts = f'control_tls_ca_file={tls_ca_file}'
     elif held is not None and held.certificate is not None:
       root = held.certificate
       trusts = (f'the certificate in {looked} '
@@ -138,8 +123,8 @@ class ClientCredentials:
     channel = None
     if root is not None:
       channel = grpc.ssl_channel_credentials(
-          root, private_key=_read(tls_key_file),
-          certificate_chain=_read(tls_cert_file))
+          root, private_key=certificates.read_tls_file(tls_key_file),
+          certificate_chain=certificates.read_tls_file(tls_cert_file))
     options = tuple(certificates.channel_options(root))
     if held is None:
       return cls(None, f'no control_token_file given, ${TOKEN_ENV} and '

@@ -245,7 +245,9 @@ def test_serve_exports_prometheus_metrics(tmp_path):
       assert process.poll() is None, log_path.read_text()
       assert time.monotonic() < deadline, log_path.read_text()
       time.sleep(0.2)
-    token = (tmp_path / 'buffer' / 'control.token').read_text().strip()
+    # The metrics endpoint takes the reader token (the token file's first
+    # line; its server's certificate follows).
+    token = (tmp_path / 'buffer' / 'reader.token').read_text().split()[0]
     with pytest.raises(urllib.error.HTTPError, match='401'):
       urllib.request.urlopen(url, timeout=30)  # The token is required.
     request = urllib.request.Request(

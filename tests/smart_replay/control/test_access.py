@@ -20,6 +20,7 @@ from smart_replay.control import channel as control
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.control import protocol
 from smart_replay.control import tokens
+from smart_replay.utils import listening
 
 
 @pytest.mark.unit
@@ -162,18 +163,6 @@ def test_a_client_never_sends_a_token_it_cannot_pin(tmp_path, own):
   with_ca = resolve(environ={credentials_lib.TOKEN_ENV: 'secret'},
                     tls_ca_file=str(ca_file))
   assert with_ca.token == 'secret' and with_ca.channel_credentials
-
-
-def _listening(port):
-  """The addresses listening on `port`, as the kernel lists them."""
-  bound = set()
-  for table in ('/proc/net/tcp', '/proc/net/tcp6'):
-    with open(table) as f:
-      for fields in (line.split() for line in f.readlines()[1:]):
-        address, hex_port = fields[1].split(':')
-        if fields[3] == '0A' and int(hex_port, 16) == port:
-          bound.add(address)
-  return bound
 
 
 HANDLERS = {
@@ -354,8 +343,7 @@ def test_the_service_binds_loopback_and_closes_silent_connections(served):
   assert server.host == '127.0.0.1'
   # IPv4, and IPv6 with IPv4 mapped: gRPC binds 127.0.0.1 as
   # ::ffff:127.0.0.1.
-  bound = _listening(server.port)
-  assert bound and bound <= {'0100007F', '0000000000000000FFFF00000100007F'}
+  assert listening.addresses(server.port) == ['127.0.0.1']
   # A TCP connection that never starts its TLS handshake (the review's M3)
   # is closed by the server.
   with socket.create_connection(('127.0.0.1', server.port)) as silent:
@@ -402,3 +390,15 @@ def test_a_refused_method_name_cannot_forge_log_lines(served, caplog):
            if 'refused without a valid token' in r.getMessage()]
   assert lines and all('\n' not in line for line in lines), lines
   assert '\\nW1127 FORGED' in lines[0]
+
+
+def test_a_client_without_a_token_is_told_the_server_wants_one(served):
+  server, _ = served()
+  client = control.ControlClient(f'127.0.0.1:{server.port}')  # Plain TCP.
+  started = time.monotonic()
+  with pytest.raises(smart_replay.AuthenticationError,
+                     match='serves TLS, as a server that asks for tokens '
+                     'does, and this client has no token'):
+    client.call(protocol.INFO, timeout_s=30)
+  assert time.monotonic() - started < 10  # Refused, not timed out.
+  client.close()
