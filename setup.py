@@ -18,9 +18,10 @@ setuptools.setup(
                  'smart_replay_benchmarks': 'benchmarks',
                  'smart_replay_configs': 'configs'},
     package_data={'smart_replay_configs': ['*.gin'],
-                  # The zstd op's source: built by the first process that
-                  # needs it, into a per-user cache (smart_replay/ops/build.py).
-                  'smart_replay.ops': ['*.cc']},
+                  # The zstd op's and the bind-address library's sources:
+                  # built by the first process that needs them, into a
+                  # per-user cache (smart_replay/ops/build.py).
+                  'smart_replay.ops': ['*.cc', '*.c']},
     entry_points={'console_scripts': [
         'smart-replay-populate='
         'smart_replay_scripts.populate_starter_buffer:run',

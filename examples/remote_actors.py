@@ -20,8 +20,9 @@ python examples/remote_actors.py --root_dir=/tmp/remote_cartpole
 ```
 
 On several machines, run the server with the same flags (and
-`--control_host=<its address>`) on one of them, and give the others its
-address and a copy of its token file (see docs/remote.md: "Security").
+`--reverb_host=<its address> --control_host=<its address>`: both listen on
+127.0.0.1 by default) on one of them, and give the others its address and a
+copy of its token file (see docs/remote.md: "Security").
 """
 
 import multiprocessing

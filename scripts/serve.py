@@ -4,6 +4,7 @@ Examples:
   smart-replay-serve --spec_file=buffer/spec.pbtxt --checkpoint_dir=buffer \
       --port=8000 --capacity=1000000 --sequence_length=2 --metrics_port=9090
   smart-replay-serve ... --gin_bindings='ReplayServer.checkpoint_every_s=60'
+  smart-replay-serve ... --reverb_host=10.0.0.1 --control_host=10.0.0.1
 
 The spec file is the agent's `collect_data_spec`, saved with
 `smart_replay.spec.specs.save_spec` (TF-Agents' spec pbtxt). The buffer's
@@ -21,16 +22,26 @@ unless --control_host says otherwise, and every call must carry the secret in
 $SMART_REPLAY_CONTROL_TOKEN_FILE).
 The Prometheus endpoint (--metrics_port) binds 127.0.0.1 unless --metrics_host
 says otherwise and asks for the same token (a Bearer header). Reverb's own
-port listens on all interfaces with no authentication (Reverb 0.14 cannot
-bind one address): close it with a firewall rule or a network namespace
-(docs/remote.md: "Security").
+port (--port) has no authentication; it listens on 127.0.0.1 unless
+--reverb_host names one interface's address, or 0.0.0.0 / :: for every
+interface (actors and learners on other machines). Reverb 0.14 always binds
+every interface, so for one address the binary restarts itself (same process
+id) with a small LD_PRELOAD library that rewrites that one bind
+(smart_replay/ops/bind_address.c, compiled at the first start with the C++
+compiler), and checks once serving that the port listens there and nowhere
+else. Other users of this machine can still reach 127.0.0.1: see
+docs/remote.md, "Security", for an owner-matched firewall rule.
+Files and folders the server creates are the user's alone (umask 077).
 
-Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config;
-128 + signal number if a second SIGINT/SIGTERM quit without the final
-checkpoint (the last completed one stays loadable).
+Exit codes: 0 stopped with a final checkpoint; 2 bad flags, spec or config,
+or Reverb's port cannot be bound as --reverb_host asks (the bind-address
+library cannot be built or loaded, or the port listens elsewhere); 128 +
+signal number if a second SIGINT/SIGTERM quit without the final checkpoint
+(the last completed one stays loadable).
 """
 
 import functools
+import os
 import sys
 
 from smart_replay.apps import native_logs  # pylint: disable=g-bad-import-order
@@ -51,6 +62,11 @@ flags.DEFINE_string('checkpoint_dir', None, 'Buffer directory (created or '
 flags.DEFINE_integer('port', 8000, 'Reverb port (the control service uses '
                      'port + 1 unless --control_port says otherwise).',
                      lower_bound=1, upper_bound=65534)
+flags.DEFINE_string('reverb_host', '127.0.0.1', "Address of Reverb's port: "
+                    '127.0.0.1 (this machine only), the address of one '
+                    "interface, or '0.0.0.0' / '::' (every interface) for "
+                    'actors and learners on other machines. Reverb has no '
+                    'authentication.')
 flags.DEFINE_integer('control_port', None, 'Port of the control service '
                      '(default: --port + 1; checked free before the buffer '
                      'opens).', lower_bound=1, upper_bound=65535)
@@ -108,14 +124,28 @@ def main(argv):
   Raises:
     app.UsageError: if arguments are left over.
   """
+  os.umask(0o077)  # Before anything is created: files of this user alone.
   # Imported here: --help and a mistyped flag answer without loading
-  # TensorFlow.
+  # TensorFlow; bind_address loads neither TensorFlow nor Reverb.
   # pylint: disable=g-import-not-at-top
-  from smart_replay.remote import launch
-  from smart_replay.control import access as control_access
+  from smart_replay.ops import bind_address
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    reverb_host = bind_address.check_host(FLAGS.reverb_host)
+  except ValueError as e:
+    raise app.UsageError(cli.as_flags(str(e), ['reverb_host'])) from e
+  try:
+    # Restarts this process with the bind-address library unless it has it
+    # (or --reverb_host is every interface); before TensorFlow loads.
+    bind_address.ensure_in_force(FLAGS.port, reverb_host)
+  except bind_address.BindAddressError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return cli.EXIT_BAD_INPUT
+  from smart_replay.remote import launch
+  from smart_replay.control import access as control_access
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)
+  _refuse_gin_reverb_host(reverb_host)
   given = {name: FLAGS[name].value for name in _OPTIONAL if FLAGS[name].present}
   access = functools.partial(  # Built inside: a bad one exits 2.
       control_access.ControlAccess, host=FLAGS.control_host,
@@ -127,18 +157,38 @@ def main(argv):
   path, exit_code, _ = cli.run_stoppable(
       lambda stop: launch.serve(
           spec_file=FLAGS.spec_file, checkpoint_dir=FLAGS.checkpoint_dir,
-          port=FLAGS.port, control_port=FLAGS.control_port,
+          port=FLAGS.port, reverb_host=reverb_host,
+          control_port=FLAGS.control_port,
           metrics_port=FLAGS.metrics_port,
           metrics_host=FLAGS.metrics_host, access=access(),
           stop_requested=stop, ready=lambda line: print(line, flush=True),
           **given),
-      verbose=FLAGS.verbose, flag_names=_OPTIONAL,
+      verbose=FLAGS.verbose, flag_names=_OPTIONAL + ('reverb_host',),
       quit_message='Quit without a final checkpoint; the last completed '
       'checkpoint is resumed on the next start.')
   if exit_code is not None:
     return exit_code
   print(f'Stopped; final checkpoint: {path}', file=sys.stderr)
   return 0
+
+
+def _refuse_gin_reverb_host(reverb_host):
+  """Fails if gin binds `serve.reverb_host` to another address than the
+  flag's: the process was started for the flag's before gin was read.
+
+  Raises:
+    app.UsageError: names both.
+  """
+  import gin  # pylint: disable=g-import-not-at-top
+  try:
+    bound = gin.query_parameter('serve.reverb_host')
+  except ValueError:  # Not bound.
+    return
+  if bound != reverb_host:
+    raise app.UsageError(
+        f'gin binds serve.reverb_host={bound!r}, but --reverb_host is '
+        f'{reverb_host!r}; set the address with --reverb_host (the binary '
+        'binds it before reading gin).')
 
 
 def run():

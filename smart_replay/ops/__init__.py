@@ -7,7 +7,11 @@
   the first time a process needs it (`python -m smart_replay.ops.build`,
   which `make ops` runs, does it ahead of time; needs only a C++ compiler);
 * `zstd_source`: zstd's C source, from the pinned `zstandard` source
-  distribution, fetched with pip.
+  distribution, fetched with pip;
+* `bind_address`: not an op: an `LD_PRELOAD` library (`bind_address.c`,
+  built the same way into the same cache, in well under a second) that
+  makes a process started with it bind Reverb's port to one address, which
+  `smart-replay-serve --reverb_host` restarts itself with.
 
 Nothing is imported here: importing `smart_replay.ops.zstd` does not load the
 library, its first use does.

@@ -18,6 +18,10 @@ and reused afterwards. The cache is `$SMART_REPLAY_CACHE_DIR`, else
 user's own and writable by nobody else (a library loaded from it runs as the
 user), and links in it are never followed.
 
+The cache, its checks and its lock serve `bind_address` too:
+`cached_library(name, key, make)` is `ensure_built` for any library built
+by `make` (with `run_commands` and `install_library`).
+
 `python -m smart_replay.ops.build` (what `make ops` runs) builds the cached
 library now; `--output=PATH` builds one library at PATH instead (Bazel's
 genrule), `--force` builds again.
@@ -32,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -157,8 +161,18 @@ def compile_commands(output: str, *, zstd_dir: str, work_dir: str,
   ]
 
 
-def _run_all(commands: Sequence[List[str]]) -> None:
-  """Runs `commands` at once; raises OpBuildError naming the first failure."""
+def run_commands(commands: Sequence[List[str]], *,
+                 what: str = 'the zstd op') -> None:
+  """Runs `commands` at once; raises OpBuildError naming the first failure.
+
+  Args:
+    commands: the compiler commands (argument lists).
+    what: what they build, for the message ('the zstd op').
+
+  Raises:
+    OpBuildError: a command failed or did not finish in time; names `what`,
+      the command and the end of its output.
+  """
   running = [subprocess.Popen(c, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               stdin=subprocess.DEVNULL) for c in commands]
@@ -180,7 +194,7 @@ def _run_all(commands: Sequence[List[str]]) -> None:
         process.kill()
         process.wait()
   if failures:
-    raise OpBuildError(f'building the zstd op failed: {failures[0]}')
+    raise OpBuildError(f'building {what} failed: {failures[0]}')
 
 
 def build(output: str, *, zstd_dir: str, compiler: Optional[str] = None
@@ -213,19 +227,34 @@ def build(output: str, *, zstd_dir: str, compiler: Optional[str] = None
     temporary = os.path.join(work, LIBRARY_NAME)
     commands = compile_commands(temporary, zstd_dir=zstd_dir, work_dir=work,
                                 compiler=compiler)
-    _run_all(commands[:2])
-    _run_all(commands[2:])
-    os.chmod(temporary, 0o755)
-    with open(os.path.join(work, 'key'), 'w') as f:
-      f.write(key + '\n')
-    # The key goes last: a library without its key is built again.
-    if os.path.exists(key_path(output)):
-      os.remove(key_path(output))
-    os.replace(temporary, output)
-    os.replace(os.path.join(work, 'key'), key_path(output))
+    run_commands(commands[:2])
+    run_commands(commands[2:])
+    install_library(temporary, output, key)
   finally:
     shutil.rmtree(work, ignore_errors=True)
   return output
+
+
+def install_library(temporary: str, output: str, key: str) -> None:
+  """Moves a library just built at `temporary` to `output`, with its key.
+
+  The library is made executable and renamed into place, so a process
+  loading `output` never sees half a file; the key file goes last (a
+  library without its key is built again).
+
+  Args:
+    temporary: the built library, in a scratch folder beside `output`.
+    output: where it goes.
+    key: what it was built from (`read_key` returns it).
+  """
+  os.chmod(temporary, 0o755)
+  key_file = temporary + KEY_SUFFIX
+  with open(key_file, 'w') as f:
+    f.write(key + '\n')
+  if os.path.exists(key_path(output)):
+    os.remove(key_path(output))
+  os.replace(temporary, output)
+  os.replace(key_file, key_path(output))
 
 
 def cache_root() -> str:
@@ -294,11 +323,13 @@ def _zstd_source() -> str:
 
 
 class _BuildLock:
-  """An exclusive `flock` on `path`, waited for up to `timeout_s`."""
+  """An exclusive `flock` on `path`, waited for up to `timeout_s`; `what`
+  names what is being built in its messages ('the zstd op')."""
 
-  def __init__(self, path: str, timeout_s: float):
+  def __init__(self, path: str, timeout_s: float, what: str = 'the zstd op'):
     self._path = path
     self._timeout_s = timeout_s
+    self._what = what
     self._fd = None
 
   def __enter__(self) -> '_BuildLock':
@@ -315,12 +346,12 @@ class _BuildLock:
         if time.monotonic() >= deadline:
           os.close(self._fd)
           raise OpBuildError(
-              f'another process held the zstd op build lock {self._path} for'
-              f' {self._timeout_s:g} s; is a build stuck? (remove the lock '
-              'file if no build is running)') from None
+              f'another process held the build lock of {self._what} '
+              f'{self._path} for {self._timeout_s:g} s; is a build stuck? '
+              '(remove the lock file if no build is running)') from None
         if not told:
-          logging.warning('Waiting for another process that is building the '
-                          'zstd op (lock %s, up to %g s).', self._path,
+          logging.warning('Waiting for another process that is building %s '
+                          '(lock %s, up to %g s).', self._what, self._path,
                           self._timeout_s)
           told = True
         time.sleep(0.2)
@@ -344,6 +375,44 @@ def _usable(library: str, key: str) -> bool:
   return read_key(library) == key
 
 
+def cached_library(library_name: str, key: str,
+                   make: Callable[[str], None], *, what: str,
+                   force: bool = False,
+                   lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> str:
+  """Returns `<cache>/ops/<key>/<library_name>`, made by `make` if needed.
+
+  The folders are checked (the user's own, writable by nobody else); the
+  library is reused when its key file says `key`, else `make(path)` writes
+  it (with its key file, see `build`) under the folder's file lock, which
+  other processes wait for.
+
+  Args:
+    library_name: the library's file name.
+    key: what it must have been built from (also the folder's name).
+    make: builds the library at the path it is given.
+    what: what it is, for messages ('the zstd op').
+    force: build again even if a usable library is there.
+    lock_timeout_s: how long to wait for another process's build.
+
+  Returns:
+    The library's path.
+
+  Raises:
+    OpBuildError: the cache is not safe, or another process held the lock
+      for `lock_timeout_s`; or what `make` raises.
+  """
+  ops = _owned_folder(os.path.join(_cache_folders(cache_root()), 'ops'))
+  folder = _owned_folder(os.path.join(ops, key))
+  library = os.path.join(folder, library_name)
+  if not force and _usable(library, key):
+    return library
+  with _BuildLock(os.path.join(ops, key + '.lock'), lock_timeout_s, what):
+    if not force and _usable(library, key):  # Built while we waited.
+      return library
+    make(library)
+  return library
+
+
 def ensure_built(*, compiler: Optional[str] = None, force: bool = False,
                  lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> str:
   """Returns the cached library for this TensorFlow, building it if needed.
@@ -361,24 +430,20 @@ def ensure_built(*, compiler: Optional[str] = None, force: bool = False,
       compiler, or compiling failed; the message says what to do.
   """
   key = library_key()
-  ops = _owned_folder(os.path.join(_cache_folders(cache_root()), 'ops'))
-  folder = _owned_folder(os.path.join(ops, key))
-  library = os.path.join(folder, LIBRARY_NAME)
-  if not force and _usable(library, key):
-    return library
-  with _BuildLock(os.path.join(ops, key + '.lock'), lock_timeout_s):
-    if not force and _usable(library, key):  # Built while we waited.
-      return library
-    compiler = checked_compiler(compiler)  # Before fetching anything.
+
+  def make(library: str) -> None:
+    chosen = checked_compiler(compiler)  # Before fetching anything.
     zstd_dir = _zstd_source()
     started = time.monotonic()
     # A warning, so that it shows by default: the caller waits a minute.
     logging.warning('Building the zstd op for TensorFlow %s into %s (once '
                     'for this TensorFlow and source; about a minute).',
-                    key.split('-')[0][2:], folder)
-    build(library, zstd_dir=zstd_dir, compiler=compiler)
+                    key.split('-')[0][2:], os.path.dirname(library))
+    build(library, zstd_dir=zstd_dir, compiler=chosen)
     logging.info('Built the zstd op in %.0f s.', time.monotonic() - started)
-  return library
+
+  return cached_library(LIBRARY_NAME, key, make, what='the zstd op',
+                        force=force, lock_timeout_s=lock_timeout_s)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

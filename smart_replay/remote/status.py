@@ -6,13 +6,19 @@ inserts; the last checkpoint; what the previous server lost at a crash; and
 whether scheduled checkpoints fail.
 """
 
+import ipaddress
 from typing import Any, Dict, Optional
 
+from smart_replay.ops import bind_address
 from smart_replay.remote import checkpoint_schedule as schedule_lib
+from smart_replay.utils import listening
 
 def security_warning(*, port: int, control_host: str, control_port: int,
                      access: str) -> str:
   """The line a server logs once at start about what its ports allow.
+
+  Where Reverb's port listens is read from the kernel (this process's
+  sockets, `listening.addresses`), not assumed.
 
   Args:
     port: the Reverb port.
@@ -25,12 +31,34 @@ def security_warning(*, port: int, control_host: str, control_port: int,
   """
   return (
       f'SECURITY: the control service listens on {control_host}:'
-      f'{control_port} ({access}). Reverb (port {port}) listens on ALL '
-      'network interfaces with no authentication and no encryption (Reverb '
-      '0.14 cannot bind one address): anyone who can reach that port can '
-      'read, write and reset the buffer\'s tables. Close it to other '
-      'machines with a firewall rule or a network namespace, or serve on a '
-      'private network (docs/remote.md: "Security").')
+      f'{control_port} ({access}). {_reverb_reach(port)}. See the section '
+      '"Security" of docs/remote.md.')
+
+
+def _reverb_reach(port: int) -> str:
+  """Who can reach Reverb's port, and what to do about it."""
+  try:
+    found = listening.addresses(port)
+  except OSError:
+    found = []
+  tables = 'read, write and reset the buffer\'s tables'
+  if found and not set(found) & set(bind_address.EVERY_INTERFACE):
+    where = f'Reverb (port {port}) listens on {" and ".join(found)} only'
+    if all(ipaddress.ip_address(a).is_loopback for a in found):
+      return (f'{where}, with no authentication and no encryption: other '
+              f'machines cannot reach it, but every user of this machine can'
+              f' {tables}; on a shared machine, admit only your user with an '
+              'owner-matched firewall rule')
+    return (f'{where}, with no authentication and no encryption: anyone who '
+            f'reaches that address (its network, every user of this '
+            f'machine) can {tables}; admit only the actor and learner '
+            'machines with a firewall rule')
+  return (f'Reverb (port {port}) listens on ALL network interfaces with no '
+          f'authentication and no encryption: anyone who can reach that port'
+          f' can {tables}. Close it to other machines with a firewall rule '
+          'or a network namespace, serve on a private network, or keep it on'
+          ' one address (smart-replay-serve --reverb_host, 127.0.0.1 by '
+          'default)')
 
 
 def status_line(*, address: str, stats: Dict[str, Any],

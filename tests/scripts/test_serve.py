@@ -1,4 +1,13 @@
-"""`smart-replay-serve`: the binary's address line, exit codes and errors.
+"""`smart-replay-serve`: the binary's address line, exit codes and errors,
+and the address Reverb's port listens on (--reverb_host).
+
+Reverb's port listens on 127.0.0.1 by default: the kernel's listening
+sockets say so, and a connect to another address of this machine fails, as
+another Unix user too (who can still reach 127.0.0.1: loopback keeps other
+machines out, not other users; skipped unless root, see tests/other_user.py);
+--reverb_host=0.0.0.0 listens everywhere without the bind-address library;
+a bad --reverb_host, or one address where the library cannot be built, is
+an error saying what to do.
 
 Serving real actors, SIGTERM and kill -9 are in
 tests/smart_replay/test_remote.py.
@@ -6,18 +15,44 @@ tests/smart_replay/test_remote.py.
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import time
 
+import pytest
+
+from smart_replay.ops import bind_address
+from smart_replay.utils import listening
 from smart_replay.spec import specs
+from tests import other_user
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
                               'smart-replay-serve')
+# Under Bazel the test's PATH may be minimal: `ip` is in sbin.
+_TOOL_PATH = os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin', '/sbin',
+                              '/usr/bin', '/bin'])
+# Run as another Unix user: a Reverb client's call to each address, as JSON
+# ({address: 'served' or the error's type}).
+_OTHER_CLIENT = '''
+import json
+import reverb
+out = {{}}
+for address in {addresses!r}:
+  try:
+    reverb.Client(address).server_info(timeout=10)
+    out[address] = 'served'
+  except Exception as e:  # pylint: disable=broad-except
+    out[address] = type(e).__name__
+print(json.dumps(out))
+'''
 
 
 def _serve(*args, timeout=120):
@@ -76,7 +111,7 @@ def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
   process.send_signal(signal.SIGINT)
   out, err = process.communicate(timeout=120)
   assert process.returncode == 0, err[-2000:]
-  assert 'SECURITY' in err and 'ALL network interfaces' in err
+  assert 'SECURITY' in err and 'listens on 127.0.0.1 only' in err
   assert 'Stopped; final checkpoint:' in err
   assert os.path.isdir(os.path.join(tmp_path, 'buffer', 'checkpoints',
                                     'ckpt-000001'))
@@ -110,3 +145,166 @@ def test_a_taken_control_port_is_named_before_the_buffer_opens(tmp_path):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err[-2000:]
+
+
+def _spec_file(tmp_path):
+  spec_file = str(tmp_path / 'spec.pbtxt')
+  if not os.path.exists(spec_file):
+    specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
+  return spec_file
+
+
+def _start(tmp_path, port, *flags, env=None):
+  """Starts the binary; returns the process and its ready line."""
+  process = subprocess.Popen(
+      [CONSOLE_SCRIPT, f'--spec_file={_spec_file(tmp_path)}',
+       f'--checkpoint_dir={tmp_path}/buffer', f'--port={port}', *flags],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+      env=env)
+  return process, process.stdout.readline()
+
+
+def _stop(process):
+  process.send_signal(signal.SIGINT)
+  _, err = process.communicate(timeout=120)
+  assert process.returncode == 0, err[-3000:]
+  return err
+
+
+def _external_addresses():
+  """This machine's global IPv4 addresses (`ip -o -4 addr`)."""
+  ip = shutil.which('ip', path=_TOOL_PATH)
+  if ip is None:
+    return []
+  out = subprocess.run([ip, '-o', '-4', 'addr', 'show', 'scope', 'global'],
+                       capture_output=True, text=True, timeout=30).stdout
+  return re.findall(r'\sinet (\d+\.\d+\.\d+\.\d+)/', out)
+
+
+def _connects(host, port):
+  """Whether a TCP connect to host:port succeeds; (connected, errno name)."""
+  try:
+    with socket.create_connection((host, port), timeout=10):
+      return True, None
+  except OSError as e:
+    return False, type(e).__name__
+
+
+def _modes(folder):
+  """{path: permission bits} of everything under `folder`."""
+  found = {}
+  for where, folders, files in os.walk(folder):
+    for name in folders + files:
+      path = os.path.join(where, name)
+      found[path] = stat.S_IMODE(os.lstat(path).st_mode)
+  return found
+
+
+def test_reverb_listens_on_loopback_only_by_default(tmp_path):
+  port = remote_workers.free_port_pair()
+  process, line = _start(tmp_path, port)
+  try:
+    assert line.startswith(
+        f"Serving ['experience'] at 127.0.0.1:{port} (Reverb, this machine "
+        f'only; control at 127.0.0.1:{port + 1}). '), line
+    assert 'localhost' not in line
+    # What the kernel says: loopback only.
+    assert listening.addresses(port, own=False) == ['127.0.0.1']
+    external = _external_addresses()
+    for address in external:  # Another address of this machine: refused.
+      assert _connects(address, port) == (False, 'ConnectionRefusedError')
+    assert _connects('127.0.0.1', port)[0]
+  finally:
+    err = _stop(process)  # A final checkpoint: its own client got through.
+  assert 'Reverb (port %d) listens on 127.0.0.1 only' % port in err, err
+  # umask 077: nothing the server made is open to group or others.
+  modes = _modes(tmp_path / 'buffer')
+  assert modes and all(mode & 0o077 == 0 for mode in modes.values()), modes
+  if not external:
+    pytest.skip('this machine has no global IPv4 address to connect to')
+
+
+def test_another_user_reaches_the_default_port_on_loopback_only(tmp_path):
+  """Another Unix user's Reverb client: not through another address of this
+  machine; at 127.0.0.1 it is served (loopback keeps other machines out, not
+  other users of this one: docs/remote.md's owner-matched rule does)."""
+  other = other_user.require()
+  external = _external_addresses()
+  if not external:
+    pytest.skip('this machine has no global IPv4 address to connect to')
+  port = remote_workers.free_port_pair()
+  process, line = _start(tmp_path, port)
+  try:
+    assert line.startswith("Serving ['experience'] at 127.0.0.1:"), line
+    addresses = [f'{a}:{port}' for a in external] + [f'127.0.0.1:{port}']
+    done = other.run_python(_OTHER_CLIENT.format(addresses=addresses),
+                            timeout_s=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got == {**{a: 'DeadlineExceededError' for a in addresses[:-1]},
+                   f'127.0.0.1:{port}': 'served'}, got
+  finally:
+    _stop(process)
+
+
+def test_every_interface_needs_no_bind_address_library(tmp_path):
+  """--reverb_host=0.0.0.0 listens on every interface (Reverb's '::') and
+  starts where the library cannot be built (no compiler, an empty cache)."""
+  port = remote_workers.free_port_pair()
+  cache = tmp_path / 'cache'
+  cache.mkdir(mode=0o700)
+  env = dict(os.environ, CXX='no-such-cxx',
+             SMART_REPLAY_CACHE_DIR=str(cache))
+  process, line = _start(tmp_path, port, '--reverb_host=0.0.0.0', env=env)
+  try:
+    assert f'(Reverb, every interface; control at 127.0.0.1:{port + 1}); ' \
+        f'on this machine: 127.0.0.1:{port}. ' in line, line
+    assert listening.addresses(port, own=False) == ['::']
+    for address in ['127.0.0.1'] + _external_addresses():
+      assert _connects(address, port)[0], address
+  finally:
+    err = _stop(process)
+  assert 'listens on ALL network interfaces' in err
+  assert os.listdir(cache) == []  # Nothing was built.
+
+
+def test_one_address_without_a_compiler_fails_with_an_install_hint(tmp_path):
+  if os.path.exists(bind_address.prebuilt_path()):
+    pytest.skip('the bind-address library is prebuilt here (Bazel)')
+  cache = tmp_path / 'cache'
+  cache.mkdir(mode=0o700)
+  env = dict(os.environ, CXX='no-such-cxx',
+             SMART_REPLAY_CACHE_DIR=str(cache))
+  started = time.monotonic()
+  done = subprocess.run(
+      [CONSOLE_SCRIPT, f'--spec_file={_spec_file(tmp_path)}',
+       f'--checkpoint_dir={tmp_path}/buffer',
+       f'--port={remote_workers.free_port_pair()}'],
+      capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert "no C++ compiler: 'no-such-cxx' is not on PATH" in done.stderr
+  assert 'apt-get install g++' in done.stderr
+  assert done.stdout == ''  # Never served.
+  assert not os.path.exists(tmp_path / 'buffer')
+  assert time.monotonic() - started < 60  # Before TensorFlow loads.
+
+
+def test_a_bad_reverb_host_is_named(tmp_path):
+  for host, says in (('localhost', "--reverb_host='localhost' is not an IP "
+                                   'address'),
+                     ('203.0.113.254', "--reverb_host='203.0.113.254' is not"
+                                       ' an address of this machine')):
+    done = _serve(f'--spec_file={_spec_file(tmp_path)}',
+                  f'--checkpoint_dir={tmp_path}/buffer',
+                  f'--reverb_host={host}')
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert says in done.stderr, done.stderr[-3000:]
+  assert not os.path.exists(tmp_path / 'buffer')
+  # Gin cannot move it: the binary binds the flag's address before gin.
+  done = _serve(f'--spec_file={_spec_file(tmp_path)}',
+                f'--checkpoint_dir={tmp_path}/buffer',
+                f'--port={remote_workers.free_port_pair()}',
+                "--gin_bindings=serve.reverb_host='0.0.0.0'")
+  assert done.returncode == 2, done.stderr[-3000:]
+  assert ("gin binds serve.reverb_host='0.0.0.0', but --reverb_host is "
+          "'127.0.0.1'") in done.stderr, done.stderr[-3000:]

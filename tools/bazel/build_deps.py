@@ -242,6 +242,36 @@ def _ops(root: str, folder: str) -> List[str]:
                 if name.endswith('.cc'))
 
 
+# A C library loaded with LD_PRELOAD (not a TensorFlow op): `<folder>/<name>.c`
+# is built into `_<name>.so` (and its key file) by the module beside it,
+# `<name>.py` (`--output=PATH`), which gets the library as data. Local: it
+# runs the C++ compiler of the machine, as the ops' rule does.
+PRELOAD_RULE = '''genrule(
+    name = "{stem}_so",
+    srcs = [
+        "{stem}.py",
+        "build.py",
+        "{stem}.c",
+    ],
+    outs = [
+        "_{stem}.so",
+        "_{stem}.so.key",
+    ],
+    cmd = "$(location //tools/python:venv_python3.sh) $(location {stem}.py) --output=$(@D)/_{stem}.so",
+    local = 1,
+    tools = ["//tools/python:venv_python3.sh"],
+)
+'''
+
+
+def _preloads(root: str, folder: str) -> List[str]:
+  """The stems of the LD_PRELOAD libraries' sources in `folder` (a `.c`
+  file with a module of its name beside it)."""
+  names = os.listdir(os.path.join(root, folder))
+  return sorted(name[:-2] for name in names
+                if name.endswith('.c') and name[:-2] + '.py' in names)
+
+
 def build_files(root: str) -> Dict[str, str]:
   """{BUILD path: content} for every folder of the trees holding modules."""
   modules = _module_paths(root)
@@ -270,12 +300,18 @@ def build_files(root: str) -> Dict[str, str]:
       if os.path.basename(path) == 'conftest.py':
         deps = sorted(set(deps) | {'//tests:testing'})
       data = _data(path, source, scripts)
+      preloads = _preloads(root, folder)
+      own_preload = os.path.basename(path)[:-3] in preloads
       for stem in _ops(root, folder):
         if os.path.basename(path) == 'build.py':  # It compiles the source.
           data.append(f'//{folder}:{stem}.cc')
         elif (f"'_{stem}.so'" in source or  # It loads the library.
-              re.search(r'^from \S+ import build$', source, re.M)):
+              (not own_preload and
+               re.search(r'^from \S+ import build$', source, re.M))):
           data.append(f'//{folder}:{stem}_so')
+      if own_preload:  # It builds and preloads its library.
+        stem = os.path.basename(path)[:-3]
+        data += [f'//{folder}:{stem}.c', f'//{folder}:{stem}_so']
       rule = _rule(path, deps, data)
       uses_pytest |= rule.startswith('py_pytest')
       rules.append(rule)
@@ -286,6 +322,8 @@ def build_files(root: str) -> Dict[str, str]:
     if folder == FIXTURES:  # The committed buffers the fixtures describe.
       rules.append(FIXTURE_DATA)
     rules += [OP_RULE.format(stem=stem) for stem in _ops(root, folder)]
+    rules += [PRELOAD_RULE.format(stem=stem)
+              for stem in _preloads(root, folder)]
     out[os.path.join(folder, 'BUILD')] = (HEADER + '\n' + load + visibility
                                           + '\n'.join(rules))
   return out

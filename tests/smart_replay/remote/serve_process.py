@@ -3,6 +3,8 @@
 `served` is a fixture starting real `smart-replay-serve` processes (killed
 at the end of the test), all with one control token file, which the test's
 clients and spawned workers find through `$SMART_REPLAY_CONTROL_TOKEN_FILE`;
+their Reverb port listens on 127.0.0.1 (the default `--reverb_host`), the
+address `ServeProcess.address` gives;
 `start`, `get` and `wait_until` start spawned workers, collect their reports
 and wait on conditions, each with a timeout that fails the test instead of
 hanging it.
@@ -52,7 +54,7 @@ class ServeProcess:
         [f'--gin_bindings={b}' for b in bindings],
         stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     self.port = port
-    self.address = f'localhost:{port}'
+    self.address = f'127.0.0.1:{port}'  # Reverb's default --reverb_host.
     self.wait_for('Serving ', 120)
 
   def log(self):

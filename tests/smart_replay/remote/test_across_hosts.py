@@ -4,21 +4,26 @@ Every test runs real `smart-replay-serve` processes in a server namespace
 (10.254.77.1) and real clients in a client namespace (10.254.77.2, and
 10.254.77.3 for the firewall), joined by a veth pair (`netns.hosts`):
 
-- a control service on its default address (127.0.0.1) cannot be reached
-  from the other host, and can from its own;
-- bound to the link's address with a token, it refuses a client without
+- the control service and Reverb's port on their default address
+  (127.0.0.1) cannot be reached from the other host, and can from their
+  own;
+- with Reverb (`--reverb_host`) and the control service bound to the
+  link's address and a token, the control service refuses a client without
   the token (or with a wrong one) with `AuthenticationError` naming where
   the client looked, and serves one with it (a file given, or
   `$SMART_REPLAY_CONTROL_TOKEN_FILE`): it connects, writes and samples;
-- a buffer of three shards on the server host, three actors and a learner
-  on the client host: they write, sample, take a coordinated checkpoint,
+  Reverb listens on that address only, and the server still reaches its
+  own port (checkpoints);
+- a buffer of three shards on the server host (Reverb on the link's
+  address, one shard on every interface), three actors and a learner on
+  the client host: they write, sample, take a coordinated checkpoint,
   write more, restore it, and sample again; every shard holds what the
   checkpoint record says, and each actor counts what the restore dropped;
-- Reverb's port, which listens on all interfaces (IPv4 and IPv6), is
-  closed to every address but the allowed client's by an nftables rule set
-  in the server's namespace (the shape of docs/remote.md's Security rule,
-  with loopback kept open and IPv6 dropped too); the allowed client still
-  writes, and the server still checkpoints.
+- Reverb's port on every interface (`--reverb_host=0.0.0.0`: IPv4 and
+  IPv6) is closed to every address but the allowed client's by an nftables
+  rule set in the server's namespace (the shape of docs/remote.md's Security
+  rule, with loopback kept open and IPv6 dropped too); the allowed client
+  still writes, and the server still checkpoints.
 
 Clients run this file as a program (`python -m
 tests.smart_replay.remote.test_across_hosts ROLE ARGS_JSON`, see `_ROLES`)
@@ -316,24 +321,22 @@ _ROLES = {'auth_client': auth_client, 'actor': actor, 'learner': learner,
 # -------------------------------------------------------------------- tests
 
 
-def test_the_default_control_address_is_not_reachable_from_another_host(
+def test_the_default_addresses_are_not_reachable_from_another_host(
     hosts, tmp_path):
   server, = _serving(_serve(hosts.server, tmp_path, 'buffer', PORT))
   control = PORT + 1
-  # What the server host's kernel says: control on loopback only, Reverb
-  # on every interface ('::', which takes IPv4 too).
+  # What the server host's kernel says: control and Reverb on loopback only.
   listening = hosts.server.listening()
-  assert [a for a, p in listening if p == control] == ['127.0.0.1'], (
-      listening)
-  assert [a for a, p in listening if p == PORT] == ['::'], listening
-  from_client = hosts.client.connect(SERVER, control)
-  assert from_client == {'connected': False, 'error': 'ECONNREFUSED'}, (
-      from_client, server.describe())
-  on_server = hosts.server.connect('127.0.0.1', control)
-  assert on_server['connected'], (on_server, server.describe())
-  # The link works: Reverb's own port listens on every interface (closed by
-  # a firewall, test_a_firewall_...).
-  assert hosts.client.connect(SERVER, PORT)['connected']
+  for port in (PORT, control):
+    assert [a for a, p in listening if p == port] == ['127.0.0.1'], (
+        port, listening)
+    from_client = hosts.client.connect(SERVER, port)
+    assert from_client == {'connected': False, 'error': 'ECONNREFUSED'}, (
+        port, from_client, server.describe())
+    on_server = hosts.server.connect('127.0.0.1', port)
+    assert on_server['connected'], (port, on_server, server.describe())
+  # Refused, not timed out: the server host answers on the link, and
+  # nothing listens there.
   assert server.alive(), server.describe()
 
 
@@ -341,7 +344,7 @@ def test_a_token_guards_the_control_service_across_hosts(hosts, tmp_path):
   token_file = _token_file(tmp_path / 'control.token')
   wrong = _token_file(tmp_path / 'wrong.token')
   server = _serve(hosts.server, tmp_path, 'buffer', PORT,
-                  f'--control_host={SERVER}',
+                  f'--reverb_host={SERVER}', f'--control_host={SERVER}',
                   f'--control_token_file={token_file}')
   client = _start_worker(hosts.client, 'auth_client', 'auth-client',
                          address=f'{SERVER}:{PORT}', token_file=token_file,
@@ -349,7 +352,11 @@ def test_a_token_guards_the_control_service_across_hosts(hosts, tmp_path):
   _serving(server)  # The client imports TensorFlow meanwhile.
   _signal(str(tmp_path), 'served')
   listening = hosts.server.listening()
-  assert [a for a, p in listening if p == PORT + 1] == [SERVER], listening
+  # Both on the link's address only: not on the server's loopback.
+  for port in (PORT, PORT + 1):
+    assert [a for a, p in listening if p == port] == [SERVER], listening
+  assert hosts.server.connect('127.0.0.1', PORT) == {
+      'connected': False, 'error': 'ECONNREFUSED'}
   got = _report(str(tmp_path / 'auth.json'), [server, client], WORK_S)
   for case in ('no_token', 'wrong_token'):
     refused = got[case]
@@ -383,10 +390,14 @@ def test_three_shards_actors_and_a_learner_across_hosts(hosts, tmp_path):
   token_file = _token_file(tmp_path / 'control.token')
   directory = str(tmp_path / 'reports')
   os.makedirs(directory)
+  # Reverb on the link's address, the first shard's on every interface.
+  reverb_hosts = ['0.0.0.0'] + [SERVER] * (len(SHARD_PORTS) - 1)
   servers = [_serve(hosts.server, tmp_path, f'shard{k}', port,
+                    f'--reverb_host={reverb_host}',
                     f'--control_host={SERVER}',
                     f'--control_token_file={token_file}')
-             for k, port in enumerate(SHARD_PORTS)]
+             for k, (port, reverb_host) in enumerate(zip(SHARD_PORTS,
+                                                         reverb_hosts))]
   addresses = [f'{SERVER}:{port}' for port in SHARD_PORTS]
   # The actors take the token from the environment, the learner as a file.
   actors = [_start_worker(hosts.client, 'actor', f'actor{k}',
@@ -398,6 +409,9 @@ def test_three_shards_actors_and_a_learner_across_hosts(hosts, tmp_path):
                                   directory=directory)
   workers = servers + actors + [learner_process]
   _serving(*servers)  # The clients import TensorFlow meanwhile.
+  listening = hosts.server.listening()
+  assert [[a for a, p in listening if p == port] for port in SHARD_PORTS] \
+      == [['::'], [SERVER], [SERVER]], listening
   _signal(directory, 'served')
 
   def reports(phase):
@@ -475,7 +489,7 @@ def test_a_firewall_admits_only_the_allowed_client_to_reverb(hosts, tmp_path):
   hosts.client.add_address(f'{other6}/{netns.PREFIX_LENGTH6}')
   token_file = _token_file(tmp_path / 'control.token')
   server = _serve(hosts.server, tmp_path, 'buffer', PORT,
-                  f'--control_host={SERVER}',
+                  '--reverb_host=0.0.0.0', f'--control_host={SERVER}',
                   f'--control_token_file={token_file}')
   client = _start_worker(hosts.client, 'firewalled_client', 'client',
                          address=f'{SERVER}:{PORT}', token_file=token_file,
@@ -483,6 +497,8 @@ def test_a_firewall_admits_only_the_allowed_client_to_reverb(hosts, tmp_path):
   _serving(server)  # The client imports TensorFlow meanwhile.
   ports = (PORT, PORT + 1)
   # Without a firewall every address on the link reaches Reverb ('::').
+  listening = hosts.server.listening()
+  assert [a for a, p in listening if p == PORT] == ['::'], listening
   for source in (CLIENT, OTHER):
     for port in ports:
       got = hosts.client.connect(SERVER, port, source=source)
