@@ -49,10 +49,12 @@ flags.DEFINE_boolean('overwrite', False, 'Replace existing outputs.')
 flags.DEFINE_float('timeout_s', 10.0, 'Wait for a server this long.',
                    lower_bound=0.1)
 flags.DEFINE_string('control_token_file', None, 'For a server: a copy of its '
-                    'control token file (default: $SMART_REPLAY_CONTROL_TOKEN, '
-                    'else the file $SMART_REPLAY_CONTROL_TOKEN_FILE names).')
-flags.DEFINE_string('control_tls_ca_file', None, 'For a server with TLS: the '
-                    'CA that signed its certificate.')
+                    'control.token or reader.token (they carry its '
+                    'certificate); default: $SMART_REPLAY_CONTROL_TOKEN (with '
+                    '--control_tls_ca_file), else the file '
+                    '$SMART_REPLAY_CONTROL_TOKEN_FILE names.')
+flags.DEFINE_string('control_tls_ca_file', None, 'For a server with '
+                    'certificates of your own: the CA that signed them.')
 flags.DEFINE_string('control_tls_cert_file', None, 'For mutual TLS: this '
                     "client's certificate.")
 flags.DEFINE_string('control_tls_key_file', None, 'For mutual TLS: its key.')

@@ -16,12 +16,15 @@ FIFO table, a checkpoint every 10 minutes). An existing buffer in
 `--checkpoint_dir` is resumed from its newest verified checkpoint.
 
 The control service (--control_port, default --port + 1) binds 127.0.0.1
-unless --control_host says otherwise, and every call must carry the secret in
---control_token_file (default <checkpoint_dir>/control.token, created mode
-0600 at the first start; clients pass a copy as control_token_file= or
-$SMART_REPLAY_CONTROL_TOKEN_FILE).
+unless --control_host says otherwise, serves TLS, and every call must carry a
+token: the operator token (<checkpoint_dir>/control.token, made mode 0600 at
+the first start, or the one in --control_token_file) for every method, the
+reader token (<checkpoint_dir>/reader.token) for those that only read. Both
+files carry the server's own certificate (<checkpoint_dir>/control.pem,
+unless --control_tls_cert_file is given), which clients pin: they pass a
+copy as control_token_file= or $SMART_REPLAY_CONTROL_TOKEN_FILE.
 The Prometheus endpoint (--metrics_port) binds 127.0.0.1 unless --metrics_host
-says otherwise and asks for the same token (a Bearer header). Reverb's own
+says otherwise and asks for the reader token (a Bearer header). Reverb's own
 port (--port) has no authentication; it listens on 127.0.0.1 unless
 --reverb_host names one interface's address, or 0.0.0.0 / :: for every
 interface (actors and learners on other machines). Reverb 0.14 always binds
@@ -87,16 +90,20 @@ flags.DEFINE_integer('stride_length', None, 'Steps between item starts '
 flags.DEFINE_string('control_host', '127.0.0.1', 'Address of the control '
                     "service (an interface's address, or '0.0.0.0', for "
                     'clients on other machines).')
-flags.DEFINE_string('control_token_file', None, 'The secret every control '
-                    'call (and metrics scrape) must carry; default '
-                    '<checkpoint_dir>/control.token, created at first start.')
+flags.DEFINE_string('control_token_file', None, 'A file holding the '
+                    'operator token (e.g. one shared by the shards of a '
+                    'sharded buffer); default: the server\'s own, made at '
+                    'first start. Either way clients copy '
+                    '<checkpoint_dir>/control.token (it carries the '
+                    'certificate they pin).')
 flags.DEFINE_boolean('control_auth', True, 'Require the token. '
                      '--nocontrol_auth serves without it: loopback only, '
                      'unless --noprotected_mode.')
 flags.DEFINE_boolean('protected_mode', True, 'Refuse to serve beyond '
                      'loopback without authentication.')
 flags.DEFINE_string('control_tls_cert_file', None, 'Serve the control '
-                    'service (and metrics) over TLS with this certificate.')
+                    'service (and metrics) over TLS with this certificate '
+                    'instead of the server\'s own.')
 flags.DEFINE_string('control_tls_key_file', None, 'Its private key.')
 flags.DEFINE_string('control_tls_client_ca_file', None, 'Require client '
                     'certificates signed by this CA (mutual TLS).')

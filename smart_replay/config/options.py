@@ -159,12 +159,15 @@ class RemoteBuffer:
       restarted (besides at every flush and checkpoint, and after a write
       waited), so its writers count what a restart lost even when no write
       waited for it.
-    control_token_file: a copy of the server's control token file (its
-      `<buffer>/control.token`, or the one `smart-replay-serve
-      --control_token_file` names); None: `$SMART_REPLAY_CONTROL_TOKEN`,
-      else the file `$SMART_REPLAY_CONTROL_TOKEN_FILE` names.
+    control_token_file: a copy of the server's token file (its
+      `<buffer>/control.token`, or `reader.token` for a client that only
+      reads; it carries the server's certificate, which the client pins);
+      None: `$SMART_REPLAY_CONTROL_TOKEN` (the token alone: then
+      `control_tls_ca_file` is needed), else the file
+      `$SMART_REPLAY_CONTROL_TOKEN_FILE` names.
     control_tls_ca_file: the CA certificate that signed the control
-      service's certificate: connect with TLS.
+      service's certificate (given to `smart-replay-serve
+      --control_tls_cert_file`); None: the one the token file carries.
     control_tls_cert_file: this client's certificate, for mutual TLS.
     control_tls_key_file: its private key.
     starter_dir: a starter buffer served read-only in this process (not on
