@@ -36,6 +36,7 @@ from smart_replay.control import certificates
 from smart_replay.control import private_files
 from smart_replay.control import protocol
 from smart_replay.control import tokens
+from smart_replay.storage import ownership
 
 LOOPBACK = protocol.LOOPBACK
 
@@ -152,19 +153,23 @@ class ControlAccess:
     `reader.token`, each with that certificate, for clients to copy.
 
     Args:
-      buffer_dir: the served buffer's folder (made, mode 0700, if missing).
+      buffer_dir: the served buffer's folder (made, mode 0700, if missing;
+        refused unless this user's own, `ownership.own_buffer_dir`).
 
     Returns:
       The server's secrets.
 
     Raises:
+      UnsafeBufferDirError: if another user could change the folder.
       AuthenticationError: if a token or key file cannot be made or read,
         or is not safe to trust (a link, another user's, open to others;
         names it and the fix).
       ValueError: if the certificate files given do not hold a certificate
         and its key.
     """
-    os.makedirs(buffer_dir, mode=0o700, exist_ok=True)
+    # Made 0700 and checked to be this user's own before a file in it is
+    # read or written.
+    ownership.own_buffer_dir(buffer_dir)
     credentials, certificate = self._tls(buffer_dir)
     if not self.auth:
       return ServerSecrets(credentials=credentials)

@@ -28,7 +28,7 @@ link, before it deletes anything inside. Each refusal is an
 import os
 import pwd
 import stat
-from typing import Iterator, Set
+from typing import Iterator, Optional, Set
 
 from absl import logging
 
@@ -48,7 +48,7 @@ _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 _warned: Set[str] = set()
 
 
-def own_buffer_dir(path: str) -> str:
+def own_buffer_dir(path: str, *, create: bool = True) -> str:
   """Makes `path` a buffer folder only this process's user can change.
 
   Creates it (and missing parents) with mode 0700 whatever the umask, then
@@ -57,6 +57,9 @@ def own_buffer_dir(path: str) -> str:
 
   Args:
     path: the buffer folder (`checkpoint_dir`).
+    create: False checks what exists and makes nothing (e.g. when a buffer
+      is configured, before anything is written: a start that fails then
+      leaves no folder behind).
 
   Returns:
     Its absolute path.
@@ -74,12 +77,18 @@ def own_buffer_dir(path: str) -> str:
   folder = os.path.normpath(os.path.abspath(path))
   above = os.path.dirname(folder)
   for parent in _top_down(above):
-    _check_above(parent, folder, _made_or_found(parent, folder))
+    info = _made_or_found(parent, folder, create=create)
+    if info is None:
+      return folder  # Nothing below it exists yet.
+    _check_above(parent, folder, info)
   real_above = os.path.realpath(above)
   if real_above != above:  # A link on the way: check where it leads too.
     for parent in _top_down(real_above):
       _check_above(parent, folder, os.lstat(parent))
-  _check_folder(folder, _made_or_found(folder, folder))
+  info = _made_or_found(folder, folder, create=create)
+  if info is None:
+    return folder
+  _check_folder(folder, info)
   for name in KNOWN_ENTRIES:
     _check_entry(folder, name)
   return folder
@@ -147,12 +156,15 @@ def _top_down(folder: str) -> Iterator[str]:
     yield os.sep + os.path.join(*parts[:i])
 
 
-def _made_or_found(folder: str, buffer_dir: str) -> os.stat_result:
-  """`lstat` of `folder`, made with mode 0700 (exactly) if missing."""
+def _made_or_found(folder: str, buffer_dir: str, *,
+                   create: bool = True) -> Optional[os.stat_result]:
+  """`lstat` of `folder`, made with mode 0700 (exactly) if missing; None if
+  missing and not `create`."""
   try:
     return os.lstat(folder)
   except FileNotFoundError:
-    pass
+    if not create:
+      return None
   try:
     os.mkdir(folder, PRIVATE_MODE)  # The umask can only clear bits.
   except FileExistsError:  # Made meanwhile (by whom is checked next).

@@ -34,8 +34,9 @@ COMMIT_STEPS = ('reverb_written', 'moved', 'hashed', 'manifest_written',
 class CheckpointStore:
   """The checkpoint layout of one buffer directory (see module docstring).
 
-  The directory is made (mode 0700) and checked to be this user's own
-  (`ownership.own_buffer_dir`) before anything in it is read.
+  The directory is checked to be this user's own
+  (`ownership.own_buffer_dir`) before anything in it is read; it is made
+  (mode 0700) when the buffer starts (`BufferLock.acquire`).
 
   Args:
     root: the buffer's `checkpoint_dir`.
@@ -51,7 +52,8 @@ class CheckpointStore:
     if not root:
       raise ValueError(f'checkpoint_dir must be a non-empty path, got {root!r}.')
     checks.positive('keep_checkpoints', keep, integer=True)
-    self.root = ownership.own_buffer_dir(root)
+    # Checked now, made at the first write (`BufferLock.acquire`).
+    self.root = ownership.own_buffer_dir(root, create=False)
     self.keep = keep
     # Checkpoint folder -> file fingerprint when it last verified.
     self._good = {}
@@ -145,11 +147,13 @@ class CheckpointStore:
                   ignore_errors=True)
 
   def prepare_reverb_root(self) -> str:
-    """Makes Reverb's root exist and be empty, after `recover()`.
+    """Makes the buffer folder (0700, checked again) and Reverb's root exist,
+    the latter empty, after `recover()`.
 
     Returns:
       The Reverb root path.
     """
+    ownership.own_buffer_dir(self.root)
     self.recover()
     return ownership.private_dir(self.reverb_root)
 

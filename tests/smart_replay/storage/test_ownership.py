@@ -373,8 +373,9 @@ def test_a_store_refuses_a_planted_reverb_link(tmp_path, elsewhere):
 def test_what_storage_writes_is_private_under_umask_000(tmp_path, umask_000):
   del umask_000
   store = checkpoint_store.CheckpointStore(str(tmp_path / 'buffer'))
-  assert _mode(store.root) == 0o700
+  assert not os.path.exists(store.root)  # Made when the buffer starts:
   assert _mode(store.prepare_reverb_root()) == 0o700
+  assert _mode(store.root) == 0o700
   with buffer_lock.BufferLock(store.root) as held:
     assert _mode(held.path) == 0o600
   (tmp_path / 'buffer' / 'damaged').mkdir()
