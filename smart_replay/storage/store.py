@@ -257,6 +257,7 @@ class CheckpointStore:
       raise errors.CheckpointCorruptError(
           f'Reverb checkpoint {reverb_path} is incomplete: missing {missing}.')
     _fault_point('reverb_written')
+    ownership.own_buffer_dir(self.root)  # Made if a save comes first.
     incoming = final = None
     try:
       durable.fsync_tree(reverb_path)
