@@ -91,9 +91,13 @@ def test_a_planted_link_in_place_of_the_server_files_is_refused(tmp_path):
     buffer_dir = tmp_path / name.replace('.', '_')
     buffer_dir.mkdir(mode=0o700)
     (buffer_dir / name).symlink_to(elsewhere)
-    with pytest.raises(smart_replay.AuthenticationError,
+    with pytest.raises(smart_replay.UnsafeBufferDirError,
                        match='symbolic link'):
       control_access.ControlAccess().secrets(str(buffer_dir))
+  # The same file opened on its own (a token file given): never followed.
+  with pytest.raises(smart_replay.AuthenticationError, match='symbolic link'):
+    tokens.read_token_file(str(tmp_path / 'control_token' / 'control.token'),
+                           what='x')
 
 
 @pytest.mark.unit
