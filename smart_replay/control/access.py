@@ -302,8 +302,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
                read_only: Collection[str] = protocol.READ_ONLY_METHODS,
                on_refused: Optional[Callable[[str], None]] = None):
     self._operator = (protocol.SCHEME + operator_token).encode('utf-8')
-    self._reader = (protocol.SCHEME + (reader_token or '')).encode('utf-8') \
-        if reader_token else None
+    self._reader = ((protocol.SCHEME + reader_token).encode('utf-8')
+                    if reader_token else None)
     self._read_only = frozenset(
         f'/{protocol.SERVICE}/{name}' for name in read_only)
     self._on_refused = on_refused

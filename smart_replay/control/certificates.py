@@ -154,8 +154,8 @@ def channel_options(certificate: Optional[bytes]) -> List[Tuple[str, str]]:
     smart_replay server's own (it names `SERVER_NAME`, not a host); else no
     options.
   """
-  if certificate is not None and all(
-      is_own(c) for c in split_certificates(certificate)[1] or [b'']):
+  found = split_certificates(certificate or b'')[1]
+  if found and all(is_own(c) for c in found):
     return [('grpc.ssl_target_name_override', SERVER_NAME)]
   return []
 

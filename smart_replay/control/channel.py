@@ -45,6 +45,7 @@ from smart_replay import errors
 from smart_replay.control import access as control_access
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.control import protocol
+from smart_replay.utils import throttled_log
 
 # Calls served at once, and of those the slow ones; more are refused.
 MAX_CALLS = 32
@@ -68,8 +69,11 @@ _SERVER_OPTIONS = [
 _CLIENT_OPTIONS = [
     ('grpc.max_receive_message_length', protocol.MAX_ANSWER_BYTES),
     ('grpc.max_send_message_length', protocol.MAX_REQUEST_BYTES)]
-# Seconds between two log lines about refused or malformed calls.
+# Seconds between two log lines about refused or malformed calls, and the
+# line (the method name escaped: `!r`).
 _LOG_EVERY_S = 10.0
+_FLOOD_LINE = ('Control service: {count} {what} in the last {every_s:g} s '
+               '(latest: {latest!r}).')
 
 Handler = Callable[[Dict[str, Any]], Dict[str, Any]]
 
@@ -98,26 +102,6 @@ def _decode_request(data: bytes) -> Any:
 
 def _decode_answer(data: bytes) -> Dict[str, Any]:
   return json.loads(data.decode('utf-8'))
-
-
-class _Throttled:
-  """Counts events and logs one warning line per `_LOG_EVERY_S` at most."""
-
-  def __init__(self, what: str):
-    self._what = what
-    self._lock = threading.Lock()
-    self._count = 0
-    self._last = -float('inf')
-
-  def __call__(self, detail: str) -> None:
-    with self._lock:
-      self._count += 1
-      now = time.monotonic()
-      if now - self._last < _LOG_EVERY_S:
-        return
-      count, self._count, self._last = self._count, 0, now
-    logging.warning('Control service: %d %s in the last %g s (latest: %r).',
-                    count, self._what, _LOG_EVERY_S, detail)
 
 
 class _SlowCalls:
@@ -195,8 +179,12 @@ class ControlServer:
                        'access.auth is True.')
     self._redact = redact or (lambda x: x)
     self._slow_calls = _SlowCalls(MAX_SLOW_CALLS, MAX_WAITING_SLOW_CALLS)
-    self._malformed = _Throttled('malformed requests')
-    refused = _Throttled('calls refused without a valid token')
+    self._malformed = throttled_log.ThrottledWarning(
+        _FLOOD_LINE.replace('{what}', 'malformed requests'),
+        every_s=_LOG_EVERY_S)
+    refused = throttled_log.ThrottledWarning(
+        _FLOOD_LINE.replace('{what}', 'calls refused without a valid token'),
+        every_s=_LOG_EVERY_S)
     interceptors = ([control_access.TokenInterceptor(
         secrets.operator_token, reader_token=secrets.reader_token,
         on_refused=refused)] if secrets.operator_token else [])
@@ -366,7 +354,7 @@ class ControlClient:
       stub({}, timeout=min(2.0, timeout_s), wait_for_ready=False)
     except grpc.RpcError as e:
       if 'Socket closed' in (e.details() or ''):  # pylint: disable=no-member
-        raise self._error(protocol.INFO, timeout_s, e, stub) from None
+        raise self._error(protocol.INFO, timeout_s, e) from None
     self._checked = True
 
   def _call_once(self, method: str, request: Optional[Dict[str, Any]],
@@ -389,20 +377,20 @@ class ControlClient:
     return answer['result']
 
   def _error(self, method: str, timeout_s: float, e: grpc.RpcError,
-             stub: Any) -> Exception:
-    """The error a failed call raises."""
+             stub: Optional[Any] = None) -> Exception:
+    """The error a failed call raises; `stub`: the call's, if it waited for
+    the channel (then one call that does not wait says why it never
+    connected: a failed TLS handshake, a closed connection)."""
     code = e.code()  # pylint: disable=no-member
     details = e.details() or ''  # pylint: disable=no-member
-    if (code in (grpc.StatusCode.DEADLINE_EXCEEDED,
-                 grpc.StatusCode.UNAVAILABLE) and
-        self._credentials.channel_credentials is not None):
-      # A call waiting for the channel hides why it never connected; one
-      # that does not wait says it (a failed TLS handshake). It carries no
-      # token.
+    unreachable = code in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                           grpc.StatusCode.UNAVAILABLE)
+    if unreachable and stub is not None:
       try:
-        stub({}, timeout=1.0, wait_for_ready=False)
+        stub({}, timeout=1.0, wait_for_ready=False)  # Carries no token.
       except grpc.RpcError as probe:
         details += ' ' + (probe.details() or '')  # pylint: disable=no-member
+    tls = self._credentials.channel_credentials is not None
     where = f'the smart_replay control service at {self.address}'
     if code == grpc.StatusCode.UNAUTHENTICATED:
       return errors.AuthenticationError(
@@ -424,30 +412,23 @@ class ControlClient:
             'certificate (its control.pem was removed), copy its '
             'control.token again; otherwise another program may be '
             'listening on that port.')
-    if (code == grpc.StatusCode.UNAVAILABLE and
-        self._credentials.channel_credentials is not None and
+    if tls and code == grpc.StatusCode.UNAVAILABLE and (
         'Socket closed' in details):
       return errors.ServerUnavailableError(
           f'{where} closed the connection during the TLS handshake of '
           f'{method!r}: it may not speak TLS (a server started with '
           '--nocontrol_auth serves plain TCP), or it is overloaded.')
-    if self._credentials.channel_credentials is None and code in (
-        grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+    if not tls and unreachable and 'Socket closed' in details:
       # Without TLS, a server that asks for tokens (it serves TLS) closes
       # every connection: this is what a client without a token sees.
-      try:
-        stub({}, timeout=1.0, wait_for_ready=False)
-      except grpc.RpcError as probe:
-        if 'Socket closed' in (probe.details() or ''):  # pylint: disable=no-member
-          return errors.AuthenticationError(
-              f'{where} closed the connection of {method!r} at once: it '
-              'serves TLS, as a server that asks for tokens does, and this '
-              'client has no token to send (it looked in: '
-              f'{self._credentials.looked}). Pass control_token_file= (a '
-              'copy of the server\'s control.token, which carries its '
-              f'certificate) or set ${credentials_lib.TOKEN_FILE_ENV}.')
-    if code in (grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.UNAVAILABLE):
+      return errors.AuthenticationError(
+          f'{where} closed the connection of {method!r} at once: it '
+          'serves TLS, as a server that asks for tokens does, and this '
+          'client has no token to send (it looked in: '
+          f'{self._credentials.looked}). Pass control_token_file= (a '
+          'copy of the server\'s control.token, which carries its '
+          f'certificate) or set ${credentials_lib.TOKEN_FILE_ENV}.')
+    if unreachable:
       return errors.ServerUnavailableError(
           f'{where} did not answer {method!r} within {timeout_s:g} s '
           f'({code.name}): it is not reachable (is smart-replay-serve '

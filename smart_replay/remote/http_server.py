@@ -48,6 +48,7 @@ from absl import logging
 from prometheus_client import exposition
 
 from smart_replay.control import access as control_access
+from smart_replay.utils import throttled_log
 
 _PathLike = Union[str, 'os.PathLike[str]']
 _App = Callable[..., Iterable[bytes]]
@@ -146,42 +147,6 @@ def peer_key(host: str) -> str:
   return str(address)
 
 
-class _Refusals:
-  """Counts refused connections; logs at most one line per `_LOG_EVERY_S`.
-
-  Used by the serving thread only: refusals happen there, and so does the
-  `flush` of a count not yet logged (socketserver's `service_actions`).
-  """
-
-  def __init__(self, name: str, max_connections: int, max_per_peer: int):
-    self.total = 0
-    self._name = name.capitalize()
-    self._caps = (max_connections, max_per_peer)
-    self._pending = 0
-    self._latest = ''
-    self._last = -math.inf
-
-  def refused(self, why: str) -> None:
-    """Counts one refused connection; `why` names its peer and the cap."""
-    self.total += 1
-    self._pending += 1
-    self._latest = why
-    self.flush()
-
-  def flush(self) -> None:
-    """Logs the refusals not logged yet, unless one was logged lately."""
-    now = time.monotonic()
-    if not self._pending or now - self._last < _LOG_EVERY_S:
-      return
-    count, self._pending, self._last = self._pending, 0, now
-    logging.warning(
-        '%s endpoint: refused %d connection(s) (%d since it started; at '
-        'most one such line per %g s): it serves at most %d at once and %d '
-        'per client address. The latest: %s.', self._name, count,
-        self.total, _LOG_EVERY_S, self._caps[0], self._caps[1],
-        self._latest)
-
-
 class _Handler(simple_server.WSGIRequestHandler):
   """Serves one request: silent (as prometheus_client's), with a deadline."""
 
@@ -221,7 +186,12 @@ class _Server(exposition.ThreadingWSGIServer):
     self._max_per_peer = max_per_peer
     self._lock = threading.Lock()  # Guards _open.
     self._open = {}  # Open connections by peer_key.
-    self.refusals = _Refusals(name, max_connections, max_per_peer)
+    self.refusals = throttled_log.ThrottledWarning(
+        f'{name.capitalize()} endpoint: refused {{count}} connection(s) '
+        '({total} since it started; at most one such line per {every_s:g} '
+        f's): it serves at most {max_connections} at once and '
+        f'{max_per_peer} per client address. The latest: {{latest}}.',
+        every_s=_LOG_EVERY_S)
     super().__init__(address, _Handler)
 
   def get_request(self) -> tuple:
@@ -239,7 +209,7 @@ class _Server(exposition.ThreadingWSGIServer):
       if admitted:
         self._open[peer] = held + 1
     if not admitted:
-      self.refusals.refused(
+      self.refusals(
           f'{peer}, which had {held} open' if held >= self._max_per_peer
           else f'{peer}, while all {self._max_connections} were open')
     return admitted

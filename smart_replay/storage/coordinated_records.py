@@ -288,8 +288,8 @@ def write_record(buffer_dir: str, record: Dict[str, Any], *,
   now = time.time()
   # Checked as stored, stamp included: a record that fits only without it
   # would be refused by every read.
-  record = check_record(dict(check_record(record, now=now), recorded_unix=now),
-                        now=now)
+  record = check_record(dict(record, recorded_unix=now) if isinstance(
+      record, dict) else record, now=now)
   folder = ownership.private_dir(os.path.join(buffer_dir, RECORDS_DIR))
   path = os.path.join(folder, f'{record["id"]}.json')
   manifest_lib.write(path, record)  # Temporary file, fsync, rename.
