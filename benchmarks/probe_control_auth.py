@@ -26,7 +26,8 @@ import numpy as np
 
 import smart_replay
 from smart_replay.remote import replay_server
-from smart_replay.control import channel as control_lib
+from smart_replay.control import client as control_client
+from smart_replay.control import server as control_server
 from smart_replay.control import access as control_access
 from smart_replay.control import credentials as credentials_lib
 from smart_replay_benchmarks import workload as wl_lib
@@ -39,7 +40,7 @@ def _server(root: str, name: str, access: control_access.ControlAccess):
   return replay_server.ReplayServer(manager, access=access).start()
 
 
-def _timed_calls(client: control_lib.ControlClient, calls: int) -> np.ndarray:
+def _timed_calls(client: control_client.ControlClient, calls: int) -> np.ndarray:
   seconds = np.empty(calls)
   for i in range(calls):
     began = time.perf_counter()
@@ -59,7 +60,7 @@ def main():
     servers, clients = {}, {}
     for name, access in modes.items():
       servers[name] = _server(root, name.replace(' ', '_'), access)
-      clients[name] = control_lib.ControlClient(
+      clients[name] = control_client.ControlClient(
           f'127.0.0.1:{servers[name].control_port}',
           credentials=credentials_lib.ClientCredentials.resolve(
               token_file=servers[name].token_file, environ={}))
@@ -68,10 +69,10 @@ def main():
                          ('bare, tokens + TLS', control_access.ControlAccess())):
       modes[name] = access
       secrets = access.secrets(os.path.join(root, name.replace(' ', '_')))
-      servers[name] = control_lib.ControlServer(
+      servers[name] = control_server.ControlServer(
           {'info': lambda request: {'ok': 1}}, port=0, access=access,
           secrets=secrets)
-      clients[name] = control_lib.ControlClient(
+      clients[name] = control_client.ControlClient(
           f'127.0.0.1:{servers[name].port}',
           credentials=credentials_lib.ClientCredentials.resolve(
               token_file=secrets.operator_file, environ={}))

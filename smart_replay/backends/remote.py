@@ -21,7 +21,7 @@ from smart_replay.config import buffer as config_lib
 from smart_replay.config import options
 from smart_replay.config import record
 from smart_replay.config import reverb_tables
-from smart_replay.control import channel as control_lib
+from smart_replay.control import client as control_client
 from smart_replay.control import protocol
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.server import local_server as server_lib
@@ -118,7 +118,7 @@ class RemoteBackend(base.Backend):
           f'{self._connect_timeout_s:g} s (connect_timeout_s). Is '
           'smart-replay-serve running there, and is the port reachable from '
           'this machine (firewall, tunnel)?') from e
-    control = control_lib.ControlClient(self._control_address,
+    control = control_client.ControlClient(self._control_address,
                                         credentials=self.credentials)
     try:
       served = control.call(protocol.INFO, timeout_s=self._connect_timeout_s)
@@ -286,7 +286,7 @@ class RemoteBackend(base.Backend):
     """
     deadline = time.monotonic() + 3 * self._connect_timeout_s
     while True:
-      control = control_lib.ControlClient(self._control_address,
+      control = control_client.ControlClient(self._control_address,
                                         credentials=self.credentials)
       try:
         return control.call(protocol.INFO, timeout_s=self._connect_timeout_s).get(
@@ -315,7 +315,7 @@ class RemoteBackend(base.Backend):
       answer.
     """
     if self._probe is None:
-      self._probe = control_lib.ControlClient(self._control_address,
+      self._probe = control_client.ControlClient(self._control_address,
                                               credentials=self.credentials)
     try:
       instance = self._probe.call(protocol.INFO, timeout_s=timeout_s).get(

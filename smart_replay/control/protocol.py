@@ -14,7 +14,8 @@ served:
   few at a time, first come first served (`channel`).
 """
 
-from typing import FrozenSet
+import json
+from typing import Any, Dict, FrozenSet
 
 SERVICE = 'smart_replay.Control'
 
@@ -109,3 +110,30 @@ def control_address_for(server_address: str) -> str:
     raise ValueError(f"server_address must be 'host:port', got "
                      f'{server_address!r}.')
   return dial_address(f'{host}:{default_control_port(int(port))}')
+
+
+def encode(message: Dict[str, Any]) -> bytes:
+  """A request or answer as sent: JSON, UTF-8.
+
+  Args:
+    message: a JSON-serializable object.
+
+  Returns:
+    Its bytes.
+  """
+  return json.dumps(message).encode('utf-8')
+
+
+def decode(data: bytes) -> Any:
+  """A request or answer as received.
+
+  Args:
+    data: its bytes.
+
+  Returns:
+    The decoded JSON value.
+
+  Raises:
+    ValueError, UnicodeDecodeError, RecursionError: if it is not UTF-8 JSON.
+  """
+  return json.loads(data.decode('utf-8'))

@@ -16,7 +16,7 @@ from absl import logging
 from smart_replay.remote import shard_checkpoints
 from smart_replay.remote import handlers
 from smart_replay.remote import status
-from smart_replay.control import channel as control_lib
+from smart_replay.control import server as control_server
 from smart_replay.control import access as control_access
 from smart_replay.control import protocol
 
@@ -27,7 +27,7 @@ def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
                   access: control_access.ControlAccess,
                   secrets: control_access.ServerSecrets,
                   port: Optional[int]
-                  ) -> control_lib.ControlServer:
+                  ) -> control_server.ControlServer:
   """Starts the control service of a `ReplayServer`.
 
   Args:
@@ -47,7 +47,7 @@ def serve_control(shard: shard_checkpoints.Shard, *, instance: Dict[str, Any],
   """
   manager = shard.manager
   reverb_port = int(manager.server_address.rpartition(':')[2])
-  control = control_lib.ControlServer(
+  control = control_server.ControlServer(
       {**handlers.control_handlers(lambda: shard.manager, instance=instance,
                                    checkpoint=checkpoint,
                                    exclusive=exclusive),

@@ -1,6 +1,6 @@
 """What a `ReplayServer`'s control service answers.
 
-Three methods (see `smart_replay.control.channel`): 'info' describes the
+Three methods (see `smart_replay.control.server`): 'info' describes the
 buffer (configuration, checkpoint directory and checkpoints) and the serving
 instance (`serving_record.describe_instance`), so that clients reconnecting
 after a restart can count what they lost; 'checkpoint' writes a checkpoint;
@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
-from smart_replay.control import channel as control_lib
+from smart_replay.control import server as control_server
 from smart_replay.control import protocol
 from smart_replay.storage import coordinated_records
 
@@ -88,7 +88,7 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
                      checkpoint: Callable[..., str],
                      exclusive: Callable[[], ContextManager[Any]] =
                      contextlib.nullcontext
-                     ) -> Dict[str, control_lib.Handler]:
+                     ) -> Dict[str, control_server.Handler]:
   """The control service's methods for a served buffer.
 
   Args:

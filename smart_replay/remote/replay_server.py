@@ -6,7 +6,7 @@ its newest verified checkpoint, writes checkpoints on a schedule (every N
 seconds and/or N inserted items) and on request of a client, writes a final
 one when asked to stop, and logs table sizes and insert/sample rates at an
 interval. Clients reach it on two ports: Reverb's (data) and the control
-service's (`smart_replay.control.channel`). The schedule is in `schedule`, the
+service's (`smart_replay.control.server`). The schedule is in `schedule`, the
 status line in `status`, the control methods in `handlers`; `launch.serve()`
 is what the `smart-replay-serve` binary runs.
 """

@@ -24,7 +24,7 @@ from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
 from smart_replay.remote import handlers
 from smart_replay.remote import requests
-from smart_replay.control import channel as control_lib
+from smart_replay.control import server as control_server
 from smart_replay.control import protocol
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
@@ -57,7 +57,7 @@ def _names_own(named: str, mine: str, buffer_dir: str) -> bool:
           named == handlers.redact(answered, root=buffer_dir))
 
 
-def coordination_handlers(shard: Shard) -> Dict[str, control_lib.Handler]:
+def coordination_handlers(shard: Shard) -> Dict[str, control_server.Handler]:
   """The control methods of a shard of a sharded buffer (module docstring).
 
   Args:

@@ -15,7 +15,7 @@ import reverb
 
 from smart_replay import errors
 from smart_replay.backends import starter as starter_lib
-from smart_replay.control import channel as control_lib
+from smart_replay.control import client as control_client
 from smart_replay.control import protocol
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.server import local_server as server_lib
@@ -224,7 +224,7 @@ def describe_server(address: str, *, timeout_s: float = 10.0,
     AuthenticationError: if the control service refused the credentials.
   """
   info = server_lib.server_info(reverb.Client(address), timeout_s)
-  control = control_lib.ControlClient(
+  control = control_client.ControlClient(
       control_address or protocol.control_address_for(address),
       credentials=credentials or credentials_lib.ClientCredentials.resolve())
   try:

@@ -11,7 +11,7 @@ import concurrent.futures
 from typing import Any, Dict, List, Optional
 
 from smart_replay import errors
-from smart_replay.control import channel as control_lib
+from smart_replay.control import client as control_client
 from smart_replay.control import protocol
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.tools import inspection
@@ -106,7 +106,7 @@ def _common_coordinated(addresses: List[str], timeout_s: float,
   """Ids of the coordinated checkpoints every answering shard records."""
   held = []
   for address in addresses:
-    control = control_lib.ControlClient(
+    control = control_client.ControlClient(
         protocol.control_address_for(address), credentials=credentials)
     try:
       held.append({r['id'] for r in control.call(

@@ -16,7 +16,8 @@ import pytest
 import smart_replay
 from smart_replay.control import access as control_access
 from smart_replay.control import certificates
-from smart_replay.control import channel as control
+from smart_replay.control import client as control_client
+from smart_replay.control import server as control_server
 from smart_replay.control import credentials as credentials_lib
 from smart_replay.control import protocol
 from smart_replay.control import tokens
@@ -185,7 +186,7 @@ def served(tmp_path):
   def start(handlers=None, access=None):
     access = access or control_access.ControlAccess()
     secrets = access.secrets(str(tmp_path / 'buffer'))
-    server = control.ControlServer(handlers or HANDLERS, port=0,
+    server = control_server.ControlServer(handlers or HANDLERS, port=0,
                                    access=access, secrets=secrets)
     servers.append(server)
     return server, secrets
@@ -196,7 +197,7 @@ def served(tmp_path):
 
 
 def _client(server, token_file=None, **kwargs):
-  return control.ControlClient(
+  return control_client.ControlClient(
       f'localhost:{server.port}',
       credentials=credentials_lib.ClientCredentials.resolve(
           token_file=token_file, environ={}, **kwargs))
@@ -229,7 +230,7 @@ def test_calls_without_a_valid_token_are_refused_before_their_body(served):
   address = f'127.0.0.1:{server.port}'
   for token in (None, 'wrong', secrets.operator_token[:-1],
                 secrets.operator_token + 'x'):
-    client = control.ControlClient(
+    client = control_client.ControlClient(
         address, credentials=credentials_lib.ClientCredentials(
             token=token, looked='the test', channel_credentials=tls,
             channel_options=tuple(options)))
@@ -248,7 +249,7 @@ def test_calls_without_a_valid_token_are_refused_before_their_body(served):
       yield b'{}'
 
     pending = [method.future(no_body(), timeout=60)
-               for _ in range(3 * control.MAX_CALLS)]
+               for _ in range(3 * control_server.MAX_CALLS)]
     codes = {f.exception(timeout=30).code() for f in pending}
     assert codes == {grpc.StatusCode.UNAUTHENTICATED}
     never.set()
@@ -295,7 +296,7 @@ def test_the_token_goes_to_the_buffers_own_server_only(served, tmp_path):
     port = (impostor.add_secure_port('127.0.0.1:0', credentials) if
             credentials else impostor.add_insecure_port('127.0.0.1:0'))
     impostor.start()
-    client = control.ControlClient(
+    client = control_client.ControlClient(
         f'127.0.0.1:{port}', credentials=credentials_lib.ClientCredentials
         .resolve(token_file=secrets.operator_file, environ={}))
     with pytest.raises(smart_replay.AuthenticationError,
@@ -351,10 +352,10 @@ def test_the_service_binds_loopback_and_closes_silent_connections(served):
   # A TCP connection that never starts its TLS handshake (the review's M3)
   # is closed by the server.
   with socket.create_connection(('127.0.0.1', server.port)) as silent:
-    silent.settimeout(control.HANDSHAKE_TIMEOUT_S + 30)
+    silent.settimeout(control_server.HANDSHAKE_TIMEOUT_S + 30)
     started = time.monotonic()
     assert silent.recv(1) == b''
-    assert time.monotonic() - started < control.HANDSHAKE_TIMEOUT_S + 30
+    assert time.monotonic() - started < control_server.HANDSHAKE_TIMEOUT_S + 30
 
 
 def test_clear_errors_for_mismatched_files_and_the_wrong_protocol(
@@ -398,7 +399,7 @@ def test_a_refused_method_name_cannot_forge_log_lines(served, caplog):
 
 def test_a_client_without_a_token_is_told_the_server_wants_one(served):
   server, _ = served()
-  client = control.ControlClient(f'127.0.0.1:{server.port}')  # Plain TCP.
+  client = control_client.ControlClient(f'127.0.0.1:{server.port}')  # Plain TCP.
   started = time.monotonic()
   with pytest.raises(smart_replay.AuthenticationError,
                      match='serves TLS, as a server that asks for tokens '

@@ -33,7 +33,7 @@ from smart_replay.backends import coordinated_checkpoints as coordinated_client
 from smart_replay.remote import handlers
 from smart_replay.remote import replay_server as serve
 from smart_replay.remote import serving_record
-from smart_replay.control import channel as control
+from smart_replay.control import client as control_client
 from smart_replay.control import access as control_access
 from smart_replay.control import certificates
 from smart_replay.control import credentials as credentials_lib
@@ -303,7 +303,7 @@ def test_calls_without_the_token_are_refused_and_change_nothing(
   assert _disk(server) == disk
   # The project's client says what is wrong and where it looked.
   certificate = _held(server).certificate
-  client = control.ControlClient(
+  client = control_client.ControlClient(
       f'127.0.0.1:{server.control_port}',
       credentials=credentials_lib.ClientCredentials(
           looked='nowhere at all', channel_credentials=grpc
@@ -753,7 +753,7 @@ def test_times_sampled_racing_with_checkpoints_all_succeed(
   server = server_for()
   _write(server, data_spec, 30, seed=1)
   items = _items(server)
-  client = control.ControlClient(
+  client = control_client.ControlClient(
       f'127.0.0.1:{server.control_port}',
       credentials=credentials_lib.ClientCredentials.resolve(
           token_file=server.token_file, environ={}))

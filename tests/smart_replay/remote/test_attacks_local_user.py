@@ -17,6 +17,8 @@ import pytest
 
 import smart_replay
 from smart_replay.control import access as control_access
+from smart_replay.control import client
+from smart_replay.control import credentials
 from smart_replay.remote import replay_server as serve
 from tests import other_user
 from tests.smart_replay.remote import remote_workers
@@ -106,18 +108,16 @@ def test_a_listener_on_a_restarting_servers_port_gets_no_token(
   server.close(final_checkpoint=False)
   listener = _listen(user, f'127.0.0.1:{port + 1}')
   try:
-    from smart_replay.control import channel  # pylint: disable=g-import-not-at-top
-    from smart_replay.control import credentials  # pylint: disable=g-import-not-at-top
-    client = channel.ControlClient(
+    control = client.ControlClient(
         f'127.0.0.1:{port + 1}',
         credentials=credentials.ClientCredentials.resolve(
             token_file=token_file, environ={}))
     started = time.monotonic()
     with pytest.raises(smart_replay.AuthenticationError,
                        match='did not prove it is the buffer\'s server'):
-      client.call('info', timeout_s=5)
+      control.call('info', timeout_s=5)
     assert time.monotonic() - started < 30
-    client.close()
+    control.close()
   finally:
     loot = _loot(listener)
   with open(token_file) as f:

@@ -173,21 +173,24 @@ def test_spec_file_round_trip(tmp_path, data_spec):
 
 def test_control_service_refuses_a_port_in_use_and_reraises_errors(
     tmp_path):
-  from smart_replay.control import channel as control  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from smart_replay.control import client as control_client
+  # pylint: disable-next=g-import-not-at-top
+  from smart_replay.control import server as control_server
   # pylint: disable-next=g-import-not-at-top
   from smart_replay.control import access as control_access
   def fails(request):
     raise smart_replay.WaitTimeoutError(f'took too long: {request}')
   access = control_access.ControlAccess()
   secrets = access.secrets(str(tmp_path / 'buffer'))
-  first = control.ControlServer({'info': lambda request: {'ok': 1},
-                                 'checkpoint': fails}, port=0, access=access,
-                                secrets=secrets)
+  first = control_server.ControlServer(
+      {'info': lambda request: {'ok': 1}, 'checkpoint': fails}, port=0,
+      access=access, secrets=secrets)
   try:
     with pytest.raises(ValueError, match=f'127.0.0.1:{first.port}'):
-      control.ControlServer({'info': dict}, port=first.port, access=access,
-                            secrets=secrets)
-    client = control.ControlClient(
+      control_server.ControlServer({'info': dict}, port=first.port,
+                                   access=access, secrets=secrets)
+    client = control_client.ControlClient(
         f'localhost:{first.port}',
         credentials=credentials_lib.ClientCredentials.resolve(
             token_file=secrets.operator_file, environ={}))
