@@ -25,13 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 EXAMPLE = os.path.join(ROOT, 'examples/dqn_atari.py')
 INITIAL_COLLECT_STEPS = 200
 UPDATE_FREQUENCY = 4  # train_eval's default: collect steps per train step.
-ITERATIONS = 200
-CHECKPOINT_INTERVAL = 100
-SUMMARY_INTERVAL = 50
+ITERATIONS = 100
+CHECKPOINT_INTERVAL = 50
+SUMMARY_INTERVAL = 25
 # A short run: tiny evaluations (one 100-step episode) at the start and
-# every 100 train steps, losses summarized every 50 train steps.
+# every 50 train steps, losses summarized every 25 train steps.
 SHORT_RUN = [
-    '--eval_interval=100',
+    '--eval_interval=50',
     f'--gin_bindings=train_eval.initial_collect_steps={INITIAL_COLLECT_STEPS}',
     '--gin_bindings=train_eval.replay_capacity=10000',
     '--gin_bindings=train_eval.batch_size=32',
@@ -77,7 +77,7 @@ def losses(root_dir):
 
 @pytest.fixture(scope='module')
 def short_run(tmp_path_factory):
-  """A 200-iteration run on Pong; returns (root_dir, completed process)."""
+  """A 100-iteration run on Pong; returns (root_dir, completed process)."""
   root_dir = str(tmp_path_factory.mktemp('dqn_pong') / 'run')
   result = _run([f'--root_dir={root_dir}', f'--num_iterations={ITERATIONS}']
                 + SHORT_RUN, cwd=str(tmp_path_factory.mktemp('cwd')))
@@ -130,13 +130,13 @@ def test_running_again_resumes_buffer_and_agent(short_run, tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   root_dir = str(tmp_path / 'run')
   shutil.copytree(first_dir, root_dir)
-  more = 100
+  more = 50
   resumed = _run([f'--root_dir={root_dir}', f'--num_iterations={more}']
                  + SHORT_RUN, cwd=str(tmp_path))
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert 'Resumed the replay buffer from' in resumed.stderr
   manifest = checkpoints.verify(newest_buffer_checkpoint(root_dir))
-  # The agent resumed at its train step 200, the buffer with its items; the
+  # The agent resumed at its train step 100, the buffer with its items; the
   # initial collect runs again (as in TF-Agents' example).
   assert manifest['extra'] == {'train_step': ITERATIONS + more}
   assert manifest['counts']['tables']['experience']['items'] == (

@@ -118,15 +118,32 @@ def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
   del out
 
 
+def _squat_on_a_control_port(attempts=20):
+  """Returns `(P, a socket listening on P + 1)` for a free pair P.
+
+  A pair found free may be taken before the squatter binds it (another test
+  running beside this one, or a connection in TIME_WAIT): then another pair.
+  """
+  for _ in range(attempts):
+    port = remote_workers.free_port_pair()
+    squatter = socket.socket()
+    try:
+      squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      squatter.bind(('127.0.0.1', port + 1))
+      squatter.listen()
+      return port, squatter
+    except OSError:
+      squatter.close()
+  raise AssertionError(f'no free port pair to squat on in {attempts} tries')
+
+
 def test_a_taken_control_port_is_named_before_the_buffer_opens(tmp_path):
   """--port=P with P + 1 taken exits 2 naming --control_port; with
   --control_port=Q it serves."""
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
-  port = remote_workers.free_port_pair()
-  with socket.socket() as squatter:
-    squatter.bind(('127.0.0.1', port + 1))
-    squatter.listen()
+  port, squatter = _squat_on_a_control_port()
+  with squatter:
     taken = _serve(f'--spec_file={spec_file}',
                    f'--checkpoint_dir={tmp_path}/buffer', f'--port={port}')
     assert taken.returncode == 2, taken.stderr[-2000:]
