@@ -136,6 +136,7 @@ def main(argv):
   # TensorFlow; bind_address loads neither TensorFlow nor Reverb.
   # pylint: disable=g-import-not-at-top
   from smart_replay.ops import bind_address
+  from smart_replay.control import protocol as control_protocol
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
@@ -145,10 +146,17 @@ def main(argv):
   try:
     # Restarts this process with the bind-address library unless it has it
     # (or --reverb_host is every interface); before TensorFlow loads.
-    bind_address.ensure_in_force(FLAGS.port, reverb_host)
+    # The library also caps each peer's connections to the control port.
+    bind_address.ensure_in_force(
+        FLAGS.port, reverb_host, connection_cap=(
+            FLAGS.control_port or control_protocol.default_control_port(
+                FLAGS.port),
+            control_protocol.MAX_CONNECTIONS_PER_PEER))
   except bind_address.BindAddressError as e:
     print(f'error: {e}', file=sys.stderr)
     return cli.EXIT_BAD_INPUT
+  except ValueError as e:  # A port out of range.
+    raise app.UsageError(cli.as_flags(str(e), ['port', 'control_port'])) from e
   from smart_replay.remote import launch
   from smart_replay.control import access as control_access
   binary.parse_gin(FLAGS.gin_file or [DEFAULT_GIN], FLAGS.gin_bindings)

@@ -14,8 +14,9 @@ or `runuser`/`setpriv` is missing::
 
 Code runs as that user, with its uid, gid and its own groups only, through
 `runuser -u NAME --` (else `setpriv`), in a clean environment: `PATH`,
-`HOME` (a temporary folder that user owns), `PYTHONPATH` (the project root,
-so `import smart_replay` works) and `LANG`. The interpreter is
+`HOME` (a temporary folder that user owns), `PYTHONPATH` (the project's
+source folder, so `import smart_replay` works; under Bazel the checkout the
+runfiles link to) and `LANG`. The interpreter is
 `sys.executable` when that user can run it; when it cannot (it lives in a
 folder only root may enter, e.g. pyenv under `/root`), the system's Python of
 the same version, with this environment's site-packages on `PYTHONPATH` too.
@@ -36,8 +37,11 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 NAME = 'smart_replay_other'
-# The project root: `import smart_replay` works from here.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The project's source folder, links resolved: `import smart_replay` works
+# from here. Under Bazel this file is a link in a runfiles tree below root's
+# cache (`/root/.cache/bazel`, which no other user may enter); its target is
+# the checkout's own file.
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 _USERADD_ATTEMPTS = 5
 _PROBE_TIMEOUT_S = 120.0

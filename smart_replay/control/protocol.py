@@ -41,6 +41,11 @@ MAX_ANSWER_BYTES = 64 << 20
 # The longest deadline a call may ask for: the server refuses calls without
 # a deadline or with a longer one, so no call holds a worker for longer.
 MAX_CALL_S = 3600.0
+# Connections one peer (a user of the server's machine, or another machine)
+# may hold open to the service at once: enforced when it accepts them, where
+# the process runs with the bind-address library (`smart-replay-serve` on one
+# address; smart_replay/ops/bind_address.c).
+MAX_CONNECTIONS_PER_PEER = 32
 
 LOOPBACK = '127.0.0.1'
 # How a call carries its token: gRPC metadata `authorization: Bearer <token>`.

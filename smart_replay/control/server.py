@@ -20,7 +20,10 @@ is read. Everything is bounded:
   served, with at most `MAX_WAITING_SLOW_CALLS` waiting (more are answered
   `ServerBusyError`, which `client` retries with jitter within its
   deadline), so they never hold the workers the quick calls need;
-* connections: `MAX_CONNECTIONS` at once, a TLS handshake within
+* connections: `MAX_CONNECTIONS` at once (and
+  `protocol.MAX_CONNECTIONS_PER_PEER` per peer where the process runs with
+  the bind-address library, which keeps that cap as it accepts them: gRPC
+  core has only the total), a TLS handshake within
   `HANDSHAKE_TIMEOUT_S` (a silent TCP connection is closed then), idle ones
   closed after `IDLE_CONNECTION_S`, and none older than
   `MAX_CONNECTION_AGE_S` (calls in progress get `protocol.MAX_CALL_S` more);

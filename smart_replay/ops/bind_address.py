@@ -5,7 +5,12 @@ Reverb 0.14's server always listens on `[::]:PORT`, every interface, and its
 Python API has no address argument. A process started with the library in
 `LD_PRELOAD` and `SMART_REPLAY_BIND_ADDRESS=PORT,ADDRESS` in its environment
 binds PORT to ADDRESS instead (and its own connections to a loopback address
-on PORT go to ADDRESS); see `bind_address.c`. `LD_PRELOAD` acts only on a
+on PORT go to ADDRESS), and closes every connection to PORT that another user
+of this machine opened, before the program sees it (the peer's socket owner,
+asked of the kernel's sock_diag interface). With
+`SMART_REPLAY_CONNECTION_CAP=CAP_PORT,N` too, a peer (a user of this machine,
+or another machine's address) holds at most N connections to CAP_PORT (a
+control service's) at once; see `bind_address.c`. `LD_PRELOAD` acts only on a
 process started with it, so `smart-replay-serve` restarts itself with it
 (`ensure_in_force`, before TensorFlow or Reverb is loaded); a process that
 is already running (an in-process buffer) cannot be changed so.
@@ -13,10 +18,10 @@ is already running (an in-process buffer) cannot be changed so.
 * `check_host(host)`: an address Reverb's port may bind ('127.0.0.1', an
   address of this machine's interfaces, or '0.0.0.0' / '::' for every
   interface); a bad one is a `ValueError` naming it.
-* `ensure_in_force(port, host)`: returns when this process binds `port` to
-  `host` (the library is in force, or `host` is every interface); else
-  replaces the process with itself started with the library (the same
-  program and arguments, the same process id).
+* `ensure_in_force(port, host, connection_cap=...)`: returns when this
+  process binds `port` to `host` (the library is in force, or `host` is
+  every interface); else replaces the process with itself started with the
+  library (the same program and arguments, the same process id).
 * `require(port, host)`: the same check without the restart; says how to
   start a process with the library.
 * `check_listening(port, host)`: this process's listening sockets on `port`,
@@ -52,6 +57,8 @@ SOURCE_NAME = 'bind_address.c'
 LIBRARY_NAME = '_bind_address.so'
 # Read (then removed) by the library at load: 'PORT,ADDRESS'.
 ADDRESS_ENV = 'SMART_REPLAY_BIND_ADDRESS'
+# Read (then removed) with it: 'PORT,N', N connections per peer to PORT.
+CAP_ENV = 'SMART_REPLAY_CONNECTION_CAP'
 # LD_PRELOAD before the restart (the library puts it back); unset if absent.
 PRELOAD_WAS_ENV = 'SMART_REPLAY_BIND_LD_PRELOAD'
 # Set for the restarted process: 'PORT,ADDRESS' it must find in force.
@@ -219,8 +226,9 @@ def library_path() -> str:
     ) from e
 
 
-def preload_environment(port: int, host: str, library: str,
-                        environ: Mapping[str, str]) -> Dict[str, str]:
+def preload_environment(
+    port: int, host: str, library: str, environ: Mapping[str, str], *,
+    connection_cap: Optional[Tuple[int, int]] = None) -> Dict[str, str]:
   """`environ` with the variables that start a process with the library.
 
   Args:
@@ -228,11 +236,14 @@ def preload_environment(port: int, host: str, library: str,
     host: an address `check_host` returned, not every interface.
     library: the library's path.
     environ: the environment to extend (e.g. `os.environ`).
+    connection_cap: `(port, n)`: at most n connections per peer to that
+      port at once; None: no cap.
 
   Returns:
     A new environment: `LD_PRELOAD` names the library first (then what it
-    held, which the library puts back when it loads), and
-    `SMART_REPLAY_BIND_ADDRESS` says 'PORT,ADDRESS'.
+    held, which the library puts back when it loads),
+    `SMART_REPLAY_BIND_ADDRESS` says 'PORT,ADDRESS' and
+    `SMART_REPLAY_CONNECTION_CAP` 'PORT,N' (removed without a cap).
 
   Raises:
     BindAddressError: the library's path holds a space or a colon, which
@@ -251,6 +262,9 @@ def preload_environment(port: int, host: str, library: str,
     env.pop(PRELOAD_WAS_ENV, None)
   env['LD_PRELOAD'] = library + (f' {before}' if before else '')
   env[ADDRESS_ENV] = f'{port},{host}'
+  env.pop(CAP_ENV, None)
+  if connection_cap is not None:
+    env[CAP_ENV] = '%d,%d' % connection_cap
   return env
 
 
@@ -271,6 +285,21 @@ def in_force() -> Optional[Tuple[int, str]]:
   return port, str(ipaddress.ip_address(host_of().decode()))
 
 
+def connection_cap() -> Optional[Tuple[int, int]]:
+  """`(port, n)`: the loaded library lets a peer hold at most n connections
+  to that port at once; None (no cap, or the library is not in force)."""
+  process = ctypes.CDLL(None)
+  try:
+    port_of = process.smart_replay_bind_address_capped_port
+    cap_of = process.smart_replay_bind_address_per_peer_cap
+  except AttributeError:
+    return None
+  port_of.restype = ctypes.c_int
+  cap_of.restype = ctypes.c_long
+  port = port_of()
+  return (port, int(cap_of())) if port else None
+
+
 def load_error() -> Optional[str]:
   """Why the loaded library rewrites nothing (a malformed variable), or
   None (loaded fine, or not loaded)."""
@@ -287,6 +316,33 @@ def rewritten_binds() -> int:
   """How many binds the loaded library rewrote (0 if it is not loaded)."""
   try:
     count = ctypes.CDLL(None).smart_replay_bind_address_rewrites
+  except AttributeError:
+    return 0
+  count.restype = ctypes.c_long
+  return int(count())
+
+
+def refused_connections() -> int:
+  """How many connections to the port the loaded library closed because
+  another user of this machine opened them (0 if it is not loaded)."""
+  try:
+    count = ctypes.CDLL(None).smart_replay_bind_address_refused
+  except AttributeError:
+    return 0
+  count.restype = ctypes.c_long
+  return int(count())
+
+
+def _cap_in_force_is(wanted: Optional[Tuple[int, int]]) -> bool:
+  """Whether the connection cap in force in this process is `wanted`."""
+  return connection_cap() == (tuple(wanted) if wanted else None)
+
+
+def refused_over_cap() -> int:
+  """How many connections the loaded library closed because their peer
+  held its `connection_cap` already (0 if it is not loaded)."""
+  try:
+    count = ctypes.CDLL(None).smart_replay_bind_address_refused_over_cap
   except AttributeError:
     return 0
   count.restype = ctypes.c_long
@@ -329,6 +385,7 @@ def require(port: int, host: str) -> None:
 
 
 def ensure_in_force(port: int, host: str, *,
+                    connection_cap: Optional[Tuple[int, int]] = None,
                     argv: Optional[Sequence[str]] = None) -> None:
   """Returns once this process binds `port` to `host`, restarting it with
   the library first if needed.
@@ -345,21 +402,31 @@ def ensure_in_force(port: int, host: str, *,
   Args:
     port: Reverb's port.
     host: an address `check_host` returned.
+    connection_cap: `(port, n)`: at most n connections per peer to that
+      port (a control service's) at once, when the library is in force;
+      None: no cap.
     argv: the interpreter's arguments to start again with; None:
       `sys.orig_argv`.
 
   Raises:
-    ValueError: `port` is not a port.
+    ValueError: `port` (or the cap's) is not a port, or n is not positive.
     BindAddressError: the library cannot be built, or this process is the
       restarted one and the library is still not in force (LD_PRELOAD
       ignored, e.g. in a setuid program); says why.
   """
   _check_port(port)
+  if connection_cap is not None:
+    _check_port(connection_cap[0])
+    if isinstance(connection_cap[1], bool) or not isinstance(
+        connection_cap[1], int) or not 0 < connection_cap[1] <= 4096:
+      raise ValueError('connection_cap must be (port, n) with n in 1..4096, '
+                       f'got {connection_cap!r}.')
   if everywhere(host):
     os.environ.pop(RESTARTED_ENV, None)
     return
-  wanted = f'{port},{host}'
-  if in_force() == (port, host):
+  wanted = f'{port},{host}' + (
+      ';%d,%d' % connection_cap if connection_cap else '')
+  if in_force() == (port, host) and _cap_in_force_is(connection_cap):
     os.environ.pop(RESTARTED_ENV, None)
     return
   if os.environ.get(RESTARTED_ENV) == wanted:
@@ -370,7 +437,8 @@ def ensure_in_force(port: int, host: str, *,
         f'this process was restarted with {_WHAT} to bind port {port} to '
         f'{host}, but it is not in force: {why}.')
   library = library_path()
-  env = preload_environment(port, host, library, os.environ)
+  env = preload_environment(port, host, library, os.environ,
+                            connection_cap=connection_cap)
   env[RESTARTED_ENV] = wanted
   args = list(sys.orig_argv if argv is None else argv)
   sys.stdout.flush()

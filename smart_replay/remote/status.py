@@ -2,8 +2,9 @@
 
 One line per interval: the served address; per table its items, insert and
 sample rates since the previous line, and whether its rate limiter blocks
-inserts; the last checkpoint; what the previous server lost at a crash; and
-whether scheduled checkpoints fail.
+inserts; the last checkpoint; what the previous server lost at a crash;
+whether scheduled checkpoints fail; and how many connections of other users
+to Reverb's port were refused.
 """
 
 import ipaddress
@@ -29,10 +30,13 @@ def security_warning(*, port: int, control_host: str, control_port: int,
   Returns:
     The warning.
   """
+  cap = bind_address.connection_cap()
+  capped = (f'; at most {cap[1]} connections per peer' if cap and
+            cap[0] == control_port else '; no per-peer connection cap')
   return (
       f'SECURITY: the control service listens on {control_host}:'
-      f'{control_port} ({access}). {_reverb_reach(port)}. See the section '
-      '"Security" of docs/remote.md.')
+      f'{control_port} ({access}{capped}). {_reverb_reach(port)}. See the '
+      'section "Security" of docs/remote.md.')
 
 
 def _reverb_reach(port: int) -> str:
@@ -44,15 +48,18 @@ def _reverb_reach(port: int) -> str:
   tables = 'read, write and reset the buffer\'s tables'
   if found and not set(found) & set(bind_address.EVERY_INTERFACE):
     where = f'Reverb (port {port}) listens on {" and ".join(found)} only'
+    screened = (bind_address.in_force() or (None,))[0] == port
+    users = ('connections from other users of this machine are refused (their'
+             ' socket\'s owner, asked of the kernel)' if screened else
+             f'every user of this machine can {tables}; on a shared machine,'
+             ' admit only your user with an owner-matched firewall rule')
     if all(ipaddress.ip_address(a).is_loopback for a in found):
       return (f'{where}, with no authentication and no encryption: other '
-              f'machines cannot reach it, but every user of this machine can'
-              f' {tables}; on a shared machine, admit only your user with an '
-              'owner-matched firewall rule')
-    return (f'{where}, with no authentication and no encryption: anyone who '
-            f'reaches that address (its network, every user of this '
-            f'machine) can {tables}; admit only the actor and learner '
-            'machines with a firewall rule')
+              f'machines cannot reach it, and {users}')
+    return (f'{where}, with no authentication and no encryption: anyone on '
+            f'its network who reaches that address can {tables} (admit only '
+            f'the actor and learner machines with a firewall rule), and '
+            f'{users}')
   return (f'Reverb (port {port}) listens on ALL network interfaces with no '
           f'authentication and no encryption: anyone who can reach that port'
           f' can {tables}. Close it to other machines with a firewall rule '
@@ -106,4 +113,12 @@ def status_line(*, address: str, stats: Dict[str, Any],
     since, message = schedule.failing_since
     parts.append(f'CHECKPOINTS FAILING for {now - since:.0f} s (retry in '
                  f'{max(schedule.retry_at - now, 0):.0f} s): {message}')
+  refused = bind_address.refused_connections()
+  if refused:
+    parts.append(f'refused {refused:,} connection(s) of other users of this '
+                 'machine to Reverb')
+  over_cap = bind_address.refused_over_cap()
+  if over_cap:
+    parts.append(f'refused {over_cap:,} control connection(s) over the '
+                 'per-peer cap')
   return ' | '.join(parts)

@@ -25,7 +25,9 @@ import sys
 import time
 
 import pytest
+import reverb
 
+from smart_replay.control import protocol
 from smart_replay.ops import bind_address
 from smart_replay.utils import listening
 from smart_replay.spec import specs
@@ -37,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
                               'smart-replay-serve')
 # Under Bazel the test's PATH may be minimal: `ip` is in sbin.
+MAX_PER_PEER = protocol.MAX_CONNECTIONS_PER_PEER
 _TOOL_PATH = os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin', '/sbin',
                               '/usr/bin', '/bin'])
 # Run as another Unix user: a Reverb client's call to each address, as JSON
@@ -52,6 +55,26 @@ for address in {addresses!r}:
   except Exception as e:  # pylint: disable=broad-except
     out[address] = type(e).__name__
 print(json.dumps(out))
+'''
+
+# Run as another Unix user: opens `count` TCP connections to the control
+# port, prints how many the server closed at once, holds the others until a
+# line comes on stdin.
+_OTHER_FLOOD = '''
+import json, socket, sys, time
+sockets = [socket.create_connection(('127.0.0.1', {port}), timeout=30)
+           for _ in range({count})]
+closed, deadline = 0, time.monotonic() + 3
+for s in sockets:
+  s.settimeout(max(0.01, deadline - time.monotonic()))
+  try:
+    closed += s.recv(1) == b''
+  except socket.timeout:
+    pass
+  except ConnectionResetError:
+    closed += 1
+print(json.dumps({{'closed': closed}}), flush=True)
+sys.stdin.readline()
 '''
 
 
@@ -207,6 +230,28 @@ def _connects(host, port):
     return False, type(e).__name__
 
 
+def _closed_at_once(host, port, count):
+  """Opens `count` TCP connections to host:port at once (sending nothing);
+  returns how many the server closed within a few seconds, before its TLS
+  handshake timeout (10 s) closes the others; then closes them all."""
+  sockets = [socket.create_connection((host, port), timeout=30)
+             for _ in range(count)]
+  try:
+    closed, deadline = 0, time.monotonic() + 3
+    for s in sockets:
+      s.settimeout(max(0.01, deadline - time.monotonic()))
+      try:
+        closed += s.recv(1) == b''
+      except socket.timeout:
+        pass
+      except ConnectionResetError:
+        closed += 1
+    return closed
+  finally:
+    for s in sockets:
+      s.close()
+
+
 def _modes(folder):
   """{path: permission bits} of everything under `folder`."""
   found = {}
@@ -231,9 +276,21 @@ def test_reverb_listens_on_loopback_only_by_default(tmp_path):
     for address in external:  # Another address of this machine: refused.
       assert _connects(address, port) == (False, 'ConnectionRefusedError')
     assert _connects('127.0.0.1', port)[0]
+    # One peer (this user) holds at most MAX_PER_PEER control connections.
+    assert _closed_at_once('127.0.0.1', port + 1, MAX_PER_PEER + 2) == 2
+    # Closed, they free the cap: a client's control calls go through.
+    manager, _ = remote_workers.client(
+        f'127.0.0.1:{port}',
+        control_token_file=str(tmp_path / 'buffer' / 'control.token'))
+    with manager:
+      assert manager.stats()['tables']['experience']['items'] == 0
   finally:
     err = _stop(process)  # A final checkpoint: its own client got through.
   assert 'Reverb (port %d) listens on 127.0.0.1 only' % port in err, err
+  assert re.search(rf'control service listens on 127\.0\.0\.1:{port + 1} '
+                   r'\(operator and reader tokens, TLS \(own certificate '
+                   rf'[^)]*\); at most {MAX_PER_PEER} connections per peer\)',
+                   err), err
   # umask 077: nothing the server made is open to group or others.
   modes = _modes(tmp_path / 'buffer')
   assert modes and all(mode & 0o077 == 0 for mode in modes.values()), modes
@@ -241,27 +298,65 @@ def test_reverb_listens_on_loopback_only_by_default(tmp_path):
     pytest.skip('this machine has no global IPv4 address to connect to')
 
 
-def test_another_user_reaches_the_default_port_on_loopback_only(tmp_path):
-  """Another Unix user's Reverb client: not through another address of this
-  machine; at 127.0.0.1 it is served (loopback keeps other machines out, not
-  other users of this one: docs/remote.md's owner-matched rule does)."""
+def test_another_user_cannot_reach_the_default_port(tmp_path):
+  """Another Unix user's Reverb client is served nowhere: not through another
+  address of this machine (loopback only), not at 127.0.0.1 (the server
+  closes connections of other users' sockets); the owner's client is, and
+  the status line counts the refusals."""
   other = other_user.require()
-  external = _external_addresses()
-  if not external:
-    pytest.skip('this machine has no global IPv4 address to connect to')
   port = remote_workers.free_port_pair()
-  process, line = _start(tmp_path, port)
+  process, line = _start(tmp_path, port,
+                         '--gin_bindings=ReplayServer.log_every_s=1')
+  read = []
   try:
     assert line.startswith("Serving ['experience'] at 127.0.0.1:"), line
-    addresses = [f'{a}:{port}' for a in external] + [f'127.0.0.1:{port}']
+    addresses = ([f'{a}:{port}' for a in _external_addresses()] +
+                 [f'127.0.0.1:{port}'])
     done = other.run_python(_OTHER_CLIENT.format(addresses=addresses),
                             timeout_s=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.splitlines()[-1])
-    assert got == {**{a: 'DeadlineExceededError' for a in addresses[:-1]},
-                   f'127.0.0.1:{port}': 'served'}, got
+    assert got == {a: 'DeadlineExceededError' for a in addresses}, got
+    mine = reverb.Client(f'127.0.0.1:{port}').server_info(timeout=30)
+    assert 'experience' in mine
+    # The other user's connections to the control port count against its
+    # own cap, not this user's: while it holds all it may, calls go through.
+    flood = other.popen_python(
+        _OTHER_FLOOD.format(port=port + 1, count=MAX_PER_PEER + 8),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+      line = flood.stdout.readline()
+      assert json.loads(line) == {'closed': 8}, line
+      manager, _ = remote_workers.client(
+          f'127.0.0.1:{port}',
+          control_token_file=str(tmp_path / 'buffer' / 'control.token'))
+      with manager:
+        assert manager.stats()['tables']['experience']['items'] == 0
+    finally:
+      flood.communicate('done\n', timeout=60)
+    # A status line a second: the next one counts what was refused.
+    assert _next_line(process.stderr, r'refused [\d,]+ connection\(s\) of '
+                      'other users of this machine to Reverb', 120, read), (
+                          'no status line counted the refused connections:\n'
+                          + ''.join(read)[-3000:])
   finally:
-    _stop(process)
+    err = ''.join(read) + _stop(process)
+  assert 'connections from other users of this machine are refused' in err
+
+
+def _next_line(stream, pattern, timeout_s, read):
+  """The first line of `stream` matching `pattern` within `timeout_s`, or
+  None (the process must write lines meanwhile, e.g. status lines); every
+  line read is appended to `read`."""
+  deadline = time.monotonic() + timeout_s
+  while time.monotonic() < deadline:
+    line = stream.readline()
+    read.append(line)
+    if not line:
+      return None
+    if re.search(pattern, line):
+      return line
+  return None
 
 
 def test_every_interface_needs_no_bind_address_library(tmp_path):

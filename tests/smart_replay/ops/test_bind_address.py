@@ -130,6 +130,68 @@ def test_a_malformed_variable_rewrites_nothing_and_says_why():
   assert got['env']['LD_PRELOAD'] is None  # It was not set before.
 
 
+# Run with the library preloaded and a cap of 2 connections per peer on a
+# second port: this process (one peer) opens 3 connections to it, accepts
+# what the library lets through, closes one and opens a 4th; reports as JSON.
+_CAPPED = r'''
+import json, socket, sys
+from smart_replay.ops import bind_address
+port, capped = int(sys.argv[1]), int(sys.argv[2])
+listener = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+listener.bind(('::', capped))
+listener.listen()
+listener.settimeout(2)
+
+def accept_all():
+  got = []
+  while True:
+    try:
+      got.append(listener.accept()[0])
+    except socket.timeout:
+      return got
+
+def closed(client):
+  client.settimeout(5)
+  try:
+    return client.recv(1) == b''
+  except (socket.timeout, ConnectionResetError) as e:
+    return isinstance(e, ConnectionResetError)
+
+clients = [socket.create_connection(('::1', capped)) for _ in range(3)]
+accepted = accept_all()
+out = {'cap': bind_address.connection_cap(), 'accepted': len(accepted),
+       'closed': [closed(c) for c in clients[2:]],
+       'refused': bind_address.refused_over_cap()}
+accepted[0].close()
+clients.append(socket.create_connection(('::1', capped)))
+out['after_a_close'] = len(accept_all())
+print(json.dumps(out))
+'''
+
+
+def test_a_capped_port_closes_a_peers_connections_over_the_cap():
+  library = bind_address.library_path()
+  port, capped = ports.free_port_pair(), ports.free_port_pair()
+  env = bind_address.preload_environment(port, LOOPBACK, library, os.environ,
+                                         connection_cap=(capped, 2))
+  assert env[bind_address.CAP_ENV] == f'{capped},2'
+  got = json.loads(_run(_CAPPED, port, capped, env=env).stdout)
+  assert got == {'cap': [capped, 2], 'accepted': 2, 'closed': [True],
+                 'refused': 1, 'after_a_close': 1}, got
+
+
+@pytest.mark.parametrize('cap', ['0,2', '80', '80,0', '80,2x', '80,99999'])
+def test_a_malformed_cap_leaves_nothing_in_force_and_says_why(cap):
+  port = ports.free_port_pair()
+  env = dict(os.environ, LD_PRELOAD=bind_address.library_path(),
+             **{bind_address.ADDRESS_ENV: f'{port},{LOOPBACK}',
+                bind_address.CAP_ENV: cap})
+  got = json.loads(_run(_PRELOADED, port, env=env).stdout)
+  assert got['in_force'] is None
+  assert f'{bind_address.CAP_ENV}={cap} is not PORT,N' in got['error'], got
+  assert got['listening'] == ['::'] and got['rewrites'] == 0
+
+
 def test_ensure_in_force_restarts_the_process_with_the_library():
   port = ports.free_port_pair()
   done = _run(_RESTARTING, port, LOOPBACK,
