@@ -19,7 +19,7 @@ from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
 
-SPAWN = serve_process.SPAWN
+WORKERS = serve_process.WORKERS
 served = serve_process.served
 _wait_until = serve_process.wait_until
 _start = serve_process.start
@@ -51,7 +51,7 @@ def _newest_checkpoint(checkpoint_dir):
 
 def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
   server = served()
-  results = SPAWN.Queue()
+  results = WORKERS.Queue()
   steps = {seed: 120 + 10 * seed for seed in range(4)}
   actors = [_start(remote_workers.write_steps, server.address, seed, n,
                    results) for seed, n in steps.items()]
@@ -82,7 +82,7 @@ def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
   assert manifest['counts']['tables']['experience']['items'] == total
 
   # kill -9 an actor mid-episode while another one writes.
-  started = SPAWN.Event()
+  started = WORKERS.Event()
   doomed = _start(remote_workers.write_until_killed, server.address, 7,
                   started)
   survivor = _start(remote_workers.write_steps, server.address, 8, 300,
@@ -113,7 +113,7 @@ def test_server_killed_after_scheduled_checkpoint_resumes_it(served, tmp_path):
   server = served('ReplayServer.checkpoint_every_inserts=50',
                   'ReplayServer.max_unsaved_s=1.0',
                   checkpoint_dir=checkpoint_dir)
-  results, go = SPAWN.Queue(), SPAWN.Event()
+  results, go = WORKERS.Queue(), WORKERS.Event()
   actor = _start(remote_workers.phased_actor, server.address, 3, go, results)
   (_, first), = _get(results, 1)
   items_written = first['items']['experience']

@@ -21,7 +21,7 @@ from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
 
-SPAWN, served = serve_process.SPAWN, serve_process.served
+WORKERS, served = serve_process.WORKERS, serve_process.served
 _get, _start = serve_process.get, serve_process.start
 _wait_until = serve_process.wait_until
 
@@ -52,8 +52,8 @@ def test_actors_a_learner_and_a_shard_killed(served, tmp_path, num_shards,
   shards = [served(checkpoint_dir=d) for d in dirs]
   addresses = [s.address for s in shards]
   killed = 1 % num_shards
-  results = SPAWN.Queue()
-  go = [SPAWN.Event() for _ in range(num_actors)]
+  results = WORKERS.Queue()
+  go = [WORKERS.Event() for _ in range(num_actors)]
   actors = [_start(remote_workers.pinned_actor, addresses, actor_id,
                    go[actor_id], results, 3, STEPS)
             for actor_id in range(num_actors)]
@@ -67,8 +67,8 @@ def test_actors_a_learner_and_a_shard_killed(served, tmp_path, num_shards,
       reports[actor_id][got] = counters
 
   phase(0)
-  per_source = SPAWN.Array('q', num_shards)
-  stop = SPAWN.Event()
+  per_source = WORKERS.Array('q', num_shards)
+  stop = WORKERS.Event()
   learner = _start(remote_workers.sample_until_stopped, addresses, stop,
                    per_source, results)
   _wait_until(lambda: min(per_source[:]) > 0, 'the learner sampling every '
