@@ -268,69 +268,50 @@ def preload_environment(
   return env
 
 
+def _call(name: str, restype: Any, default: Any) -> Any:
+  """Calls the loaded library's `smart_replay_bind_address_<name>()`;
+  `default` if the library is not loaded in this process."""
+  try:
+    function = getattr(ctypes.CDLL(None), f'smart_replay_bind_address_{name}')
+  except AttributeError:
+    return default
+  function.restype = restype
+  return function()
+
+
 def in_force() -> Optional[Tuple[int, str]]:
   """`(port, address)` the library loaded in this process rewrites, or None
   (not loaded, or loaded without a valid `SMART_REPLAY_BIND_ADDRESS`)."""
-  process = ctypes.CDLL(None)
-  try:
-    port_of = process.smart_replay_bind_address_port
-    host_of = process.smart_replay_bind_address_host
-  except AttributeError:
-    return None
-  port_of.restype = ctypes.c_int
-  host_of.restype = ctypes.c_char_p
-  port = port_of()
+  port = _call('port', ctypes.c_int, 0)
   if not port:
     return None
-  return port, str(ipaddress.ip_address(host_of().decode()))
+  host = _call('host', ctypes.c_char_p, None)
+  return port, str(ipaddress.ip_address(host.decode()))
 
 
 def connection_cap() -> Optional[Tuple[int, int]]:
   """`(port, n)`: the loaded library lets a peer hold at most n connections
   to that port at once; None (no cap, or the library is not in force)."""
-  process = ctypes.CDLL(None)
-  try:
-    port_of = process.smart_replay_bind_address_capped_port
-    cap_of = process.smart_replay_bind_address_per_peer_cap
-  except AttributeError:
-    return None
-  port_of.restype = ctypes.c_int
-  cap_of.restype = ctypes.c_long
-  port = port_of()
-  return (port, int(cap_of())) if port else None
+  port = _call('capped_port', ctypes.c_int, 0)
+  return (port, int(_call('per_peer_cap', ctypes.c_long, 0))) if port else None
 
 
 def load_error() -> Optional[str]:
   """Why the loaded library rewrites nothing (a malformed variable), or
   None (loaded fine, or not loaded)."""
-  try:
-    error_of = ctypes.CDLL(None).smart_replay_bind_address_error
-  except AttributeError:
-    return None
-  error_of.restype = ctypes.c_char_p
-  error = error_of()
+  error = _call('error', ctypes.c_char_p, None)
   return error.decode() if error else None
 
 
 def rewritten_binds() -> int:
   """How many binds the loaded library rewrote (0 if it is not loaded)."""
-  try:
-    count = ctypes.CDLL(None).smart_replay_bind_address_rewrites
-  except AttributeError:
-    return 0
-  count.restype = ctypes.c_long
-  return int(count())
+  return int(_call('rewrites', ctypes.c_long, 0))
 
 
 def refused_connections() -> int:
   """How many connections to the port the loaded library closed because
   another user of this machine opened them (0 if it is not loaded)."""
-  try:
-    count = ctypes.CDLL(None).smart_replay_bind_address_refused
-  except AttributeError:
-    return 0
-  count.restype = ctypes.c_long
-  return int(count())
+  return int(_call('refused', ctypes.c_long, 0))
 
 
 def _cap_in_force_is(wanted: Optional[Tuple[int, int]]) -> bool:
@@ -341,12 +322,7 @@ def _cap_in_force_is(wanted: Optional[Tuple[int, int]]) -> bool:
 def refused_over_cap() -> int:
   """How many connections the loaded library closed because their peer
   held its `connection_cap` already (0 if it is not loaded)."""
-  try:
-    count = ctypes.CDLL(None).smart_replay_bind_address_refused_over_cap
-  except AttributeError:
-    return 0
-  count.restype = ctypes.c_long
-  return int(count())
+  return int(_call('refused_over_cap', ctypes.c_long, 0))
 
 
 def _check_port(port: Any) -> None:
