@@ -112,8 +112,13 @@ def run(workload: workload_lib.Workload, output_dir: str,
       servers[name] = servers_lib.ServerProcess(
           spec, 2 * total, os.path.join(work, name), buffer=buffer)
     rss_start = {name: servers[name].rss() for name in measured}
-    results['insert_steps_per_s'] = writers.measure_inserts(
+    results['insert_steps_per_s'], replayed = writers.measure_inserts(
         workload, spec, servers)
+    results['journal'] = {
+        'bytes_per_step': replayed['bytes'] / max(replayed['steps'], 1),
+        'replay_steps_per_s': replayed['steps'] / replayed['seconds'],
+        'replay_s_per_100k_steps': replayed['seconds'] / max(
+            replayed['steps'], 1) * 100_000}
     items = {name: servers[name].items() for name in measured}
     results['memory'] = {
         name: {'rss_growth_bytes': servers[name].rss() - rss_start[name],

@@ -19,6 +19,8 @@ TARGETS = {
                'packed, one item per window)'),
     'memory_blocks': (1.5, 'lower', 'server RSS growth / raw data bytes '
                       '(packed items of 32 steps)'),
+    'journal_insert': (0.85, 'higher', 'observer steps/s with the default '
+                       "write-ahead journal ('every_second') / without"),
 }
 # Reported beside the targets, without one.
 INFO = {
@@ -32,6 +34,8 @@ INFO = {
     'sample_blocks_w8': 'transitions/s, packed items, 8 windows per block / '
                         'as_dataset',
     'checkpoint_bytes_blocks': 'checkpoint bytes, packed items / stock',
+    'journal_insert_always': "observer steps/s with a journal synced at "
+                             "every flush ('always') / without",
 }
 
 
@@ -63,6 +67,9 @@ def _values(results: Dict[str, Any]) -> Dict[str, float]:
       'sample_blocks_w8': samples['blocks_w8'] / samples['stock'],
       'checkpoint_bytes_blocks': (ckpt['blocks']['bytes'] /
                                   ckpt['stock']['bytes']),
+      'journal_insert': inserts['ours_journal'] / inserts['ours_no_journal'],
+      'journal_insert_always': (inserts['ours_journal_always'] /
+                                inserts['ours_no_journal']),
   }
 
 
@@ -106,6 +113,18 @@ def format_table(results: Dict[str, Any]) -> str:
   rows.append((f"insert steps/s ({results['workload']['num_envs']} envs)", '',
                f"{inserts['ours_batched']:,.0f}", '',
                f"{inserts['ours_batched'] / inserts['ours']:.2f}x of 1 env"))
+  for name, label in (
+      ('ours_journal', "insert steps/s (journal, 'every_second')"),
+      ('ours_journal_always', "insert steps/s (journal, 'always')")):
+    rows.append((label, '', f'{inserts[name]:,.0f}', '',
+                 f"{inserts[name] / inserts['ours_no_journal']:.2f}x of no "
+                 'journal'))
+  journal = results['journal']
+  rows.append(('journal bytes on disk / step', '',
+               f"{journal['bytes_per_step']:,.0f}", '', ''))
+  rows.append(('journal replay s / 100k steps', '',
+               f"{journal['replay_s_per_100k_steps']:,.1f}", '',
+               f"{journal['replay_steps_per_s']:,.0f} steps/s"))
   samples = {k: _median(v)
              for k, v in results['sample_transitions_per_s'].items()}
   for name, label in (('ours', 'sample transitions/s (packed)'),

@@ -5,12 +5,19 @@
   and batched; ours_columns: the same with one column per field; blocks:
   packed items of `workload.BLOCK_LENGTH` steps;
 * reverb_floor: Reverb's C++ writer calls alone, appending steps packed
-  beforehand, from a minimal Python loop.
+  beforehand, from a minimal Python loop;
+* ours_journal, ours_journal_always: ours (packed) with a write-ahead journal
+  synced every second (the default) and at every flush, and ours_no_journal
+  without one, all three into the same server ('sink'); `replay_journal`
+  times replaying one of those journals into a fresh observer.
 """
 
 import functools
+import os
+import shutil
+import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
 import reverb
@@ -19,7 +26,10 @@ import tree
 
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay.config import options
+from smart_replay.storage import journal as journal_lib
+from smart_replay.storage import journal_segments
 from smart_replay.writing import chunking
+from smart_replay.writing import journaling
 from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
@@ -57,7 +67,8 @@ def write_stock(client: reverb.Client, steps) -> float:
 
 def write_ours(client: reverb.Client, spec, steps, *,
                buffer: workload_lib.Buffer, num_envs=None,
-               chunk_length=None) -> float:
+               chunk_length=None, journal_sync: Optional[str] = None,
+               journal_dir: Optional[str] = None) -> float:
   """Writes `steps` through our `TrajectoryObserver`.
 
   Args:
@@ -67,14 +78,49 @@ def write_ours(client: reverb.Client, spec, steps, *,
     buffer: how the buffer stores them (layout, packed items).
     num_envs: environments per step, or None.
     chunk_length: the observer's chunk length (None: automatic).
+    journal_sync: with a write-ahead journal synced so ('always',
+      'every_second', 'off'); None: none.
+    journal_dir: the journal's folder (made; required with `journal_sync`).
 
   Returns:
-    The seconds it took, flush included.
+    The seconds it took, flush (and the journal's last sync) included.
   """
+  layout, table = buffer.step_layout(spec), buffer.table(1)
+  journal = journal_sync and journal_lib.JournalWriter(
+      journal_dir, writer_id='b0', sync=journal_sync,
+      meta=journaling.journal_meta(layout, spec, num_envs=num_envs,
+                                   tables=[table.name]))
   return _write_all(observer_lib.TrajectoryObserver(
-      client, tables=[buffer.table(1)], data_spec=spec,
-      layout=buffer.step_layout(spec), num_envs=num_envs,
+      client, tables=[table], data_spec=spec, layout=layout,
+      num_envs=num_envs, journal=journal or None,
       writes=options.WriteOptions(chunk_length=chunk_length)), steps)
+
+
+def replay_journal(client: reverb.Client, spec, journal_dir: str, *,
+                   buffer: workload_lib.Buffer) -> Dict[str, float]:
+  """Reads a journal `write_ours` wrote and replays it into a fresh observer.
+
+  Args:
+    client: a client of the server to replay into.
+    spec: the step spec.
+    journal_dir: the journal's folder.
+    buffer: how the buffer stores the steps.
+
+  Returns:
+    `{'seconds', 'steps', 'bytes'}`: reading and replaying it whole, the
+    steps it held and its size on disk.
+  """
+  start = time.perf_counter()
+  contents = journal_segments.read(journal_dir, 'b0')
+  observer = observer_lib.TrajectoryObserver(
+      client, tables=[buffer.table(1)], data_spec=spec,
+      layout=buffer.step_layout(spec))
+  try:
+    done = observer.replay_journal(contents, mark=0, keep_from=1)
+  finally:
+    observer.close()
+  return {'seconds': time.perf_counter() - start, 'steps': done.counted[0],
+          'bytes': contents.bytes}
 
 
 def _write_reverb_floor(client: reverb.Client, spec, steps, *,
@@ -121,7 +167,7 @@ def _write_reverb_floor(client: reverb.Client, spec, steps, *,
 
 def measure_inserts(workload: workload_lib.Workload, spec: Any,
                     servers: Dict[str, servers_lib.ServerProcess]
-                    ) -> Dict[str, List[float]]:
+                    ) -> Tuple[Dict[str, List[float]], Dict[str, float]]:
   """Steps/s of every writer, one value per repeat, in alternating order.
 
   Each repeat writes its share of the steps through every path: the stock
@@ -135,15 +181,19 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
     servers: the servers by `workload.BUFFERS` name.
 
   Returns:
-    {'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
-    'reverb_floor': steps/s per repeat}.
+    `({'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
+    'reverb_floor', 'ours_no_journal', 'ours_journal',
+    'ours_journal_always': steps/s per repeat}, replay_journal's figures for
+    the last repeat's default journal)`.
   """
   per_repeat = workload.steps_per_repeat
   chunk_length, num_envs = workload.chunk_length, workload.num_envs
   clients = {name: server.client for name, server in servers.items()}
   buffers = workload_lib.BUFFERS
   inserts = {'stock': [], 'ours': [], 'ours_columns': [], 'blocks': [],
-             'ours_batched': [], 'reverb_floor': []}
+             'ours_batched': [], 'reverb_floor': [], 'ours_no_journal': [],
+             'ours_journal': [], 'ours_journal_always': []}
+  journals = tempfile.mkdtemp(prefix='journals-')
   started = time.monotonic()
   for repeat in range(workload.repeats):
     steps = workload_lib.make_steps(workload, repeat * per_repeat, per_repeat)
@@ -163,7 +213,16 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
     ] + [(name, len(steps),
           functools.partial(write_ours, clients[name], spec, steps,
                             buffer=buffers[name], chunk_length=chunk_length))
-         for name in ('ours', 'ours_columns', 'blocks')]
+         for name in ('ours', 'ours_columns', 'blocks')] + [
+             (name, len(steps),
+              functools.partial(write_ours, clients['sink'], spec, steps,
+                                buffer=buffers['ours'],
+                                chunk_length=chunk_length, journal_sync=sync,
+                                journal_dir=os.path.join(
+                                    journals, f'{name}-{repeat}')))
+             for name, sync in (('ours_no_journal', None),
+                                ('ours_journal', 'every_second'),
+                                ('ours_journal_always', 'always'))]
     for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
       inserts[name].append(count / write())  # Alternating the order.
     elapsed = time.monotonic() - started
@@ -172,4 +231,8 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
         workload.repeats,
         ', '.join(f'{n} {r[-1]:,.0f}' for n, r in inserts.items()),
         elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
-  return inserts
+  last = os.path.join(journals, f'ours_journal-{workload.repeats - 1}')
+  replayed = replay_journal(clients['sink'], spec, last,
+                            buffer=buffers['ours'])
+  shutil.rmtree(journals, ignore_errors=True)
+  return inserts, replayed

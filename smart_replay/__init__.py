@@ -44,6 +44,7 @@ if importlib.util.find_spec('reverb') is None:  # pragma: no cover
 _ERRORS = ('AuthenticationError', 'BufferInUseError', 'CheckpointCorruptError',
            'CheckpointExistsError', 'CheckpointNotFoundError',
            'ForeignCheckpointError', 'CheckpointWriteError',
+           'JournalWriteError',
            'ManagerStateError', 'ManifestMismatchError', 'MissingExtraError',
            'PrefillWouldBlockError', 'ServerBusyError',
            'ServerUnavailableError',

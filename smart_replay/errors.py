@@ -36,6 +36,17 @@ class CheckpointWriteError(SmartReplayError, OSError):
   """
 
 
+class JournalWriteError(SmartReplayError, OSError):
+  """The write-ahead journal could not write or sync (disk full, failing disk).
+
+  What could not be written is kept in memory and written again at the next
+  call; until then each write raises this error and stores nothing, so no
+  step is ever in the buffer without being in its journal. Free space (or fix
+  the disk) and write again, or turn the journal off. The message names the
+  file and the cause.
+  """
+
+
 class BufferInUseError(SmartReplayError, RuntimeError):
   """Another manager (in this or another process) has the buffer directory open.
 

@@ -27,6 +27,10 @@ from smart_replay.layouts import packed_steps
 from smart_replay.spec import validation as step_validation
 from smart_replay.utils import checks
 
+# How a write-ahead journal makes what it holds durable (`WriteOptions.
+# journal`, `storage.journal`), like Redis's appendfsync.
+JOURNAL_SYNC = ('always', 'every_second', 'off')
+
 
 def _positive_or_none(name: str, value: Optional[int]) -> None:
   if value is not None:
@@ -249,6 +253,14 @@ class WriteOptions:
     non_finite: 'error', 'warn' or 'allow' a NaN/Inf in a float field.
     float_bounds: the same for floats outside their bounded spec; other
       bound violations are always refused.
+    journal: how an in-process buffer's write-ahead journal syncs what the
+      observers write (`<checkpoint_dir>/journal`, replayed by
+      `load_replay_buffer` after a crash, see docs/durability.md):
+      'always' (a flush returns once it is on disk), 'every_second' (at
+      most the last second is lost) or 'off' (written, never fsynced: a
+      process kill loses nothing flushed, a machine crash may); False: no
+      journal (only checkpoints survive a crash). Client-mode buffers have
+      none.
 
   Raises:
     ValueError: naming the first bad field and its value.
@@ -257,10 +269,14 @@ class WriteOptions:
   chunk_length: Optional[int] = None
   non_finite: str = 'error'
   float_bounds: str = 'warn'
+  journal: Union[str, bool] = 'every_second'
 
   def __post_init__(self):
     _positive_or_none('num_envs', self.num_envs)
     _positive_or_none('chunk_length', self.chunk_length)
+    if self.journal is not False and self.journal not in JOURNAL_SYNC:
+      raise ValueError(f'journal must be one of {JOURNAL_SYNC}, or False for '
+                       f'none, got {self.journal!r}.')
     for name in ('non_finite', 'float_bounds'):
       if getattr(self, name) not in step_validation.VALUE_POLICIES:
         raise ValueError(f'{name} must be one of '

@@ -89,8 +89,11 @@ class ReplayBufferManager:
     with `server_address` are refused.
   * `writes=WriteOptions(...)`: `num_envs` (N if the first observer gets
     batches of N environments' steps), `chunk_length` (None: automatic),
-    `non_finite` ('error', 'warn' or 'allow' a NaN/Inf) and `float_bounds`
-    (the same for floats outside their bounded spec; default 'warn').
+    `non_finite` ('error', 'warn' or 'allow' a NaN/Inf), `float_bounds`
+    (the same for floats outside their bounded spec; default 'warn') and
+    `journal` (an in-process buffer's write-ahead journal: 'always',
+    'every_second' (default), 'off', or False for none; see
+    docs/durability.md).
   * `timeouts=Timeouts(...)`: `sample_timeout_s` 60, `write_timeout_s` 60,
     `connect_timeout_s` 10, `checkpoint_timeout_s` 600,
     `reconnect_timeout_s` 300.

@@ -82,7 +82,8 @@ class Reporting:
       `{'tables': {name: {...}}, 'env_steps', 'episodes', 'short_episodes',
       'short_episode_steps', 'lost_steps', 'lost_items', 'lost_at_restart',
       'reconnects'}`: every field is described in
-      `smart_replay.server.stats.report`.
+      `smart_replay.server.stats.report`; an in-process buffer with a
+      journal adds `'journal'` (`manager.journals.Journals.stats`).
 
     Raises:
       ManagerStateError: if the manager is not started.
@@ -109,6 +110,9 @@ class Reporting:
               info, running.config.table_names))
           for client, info in zip(clients, infos)], writer=writer,
           sampling=self._sampling())
+    journal = running.journals and running.journals.stats(running.observers)
+    if journal:
+      result['journal'] = journal
     if times_sampled:
       sampled = {name: {} for name in result['tables']}
       with self._state.paused(flush=False):

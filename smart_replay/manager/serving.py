@@ -15,6 +15,7 @@ import tensorflow as tf
 from smart_replay import errors
 from smart_replay.backends import base as backend_lib
 from smart_replay.backends import starter as starter_lib
+from smart_replay.manager import journals as journals_lib
 from smart_replay.manager import manager_options
 from smart_replay.manager import replay_buffer as replay_buffer_lib
 from smart_replay.manager import state as state_lib
@@ -44,6 +45,9 @@ class Serving:
     self._state, self._options, self._backend = state, options, backend
     self._samples = samples
     self._watcher: Optional[watch.Watcher] = None
+    local = options.local
+    self._journals = journals_lib.Journals(
+        local.checkpoint_dir if local else None, options.writes.journal)
 
   def start(self, start: Callable[[], backend_lib.Started]) -> Started:
     """Runs a backend's start and builds the running buffer on it; on
@@ -89,7 +93,16 @@ class Serving:
         shards_up=tf.Variable(
             [state['up'] for state in self._backend.server_states()],
             dtype=tf.bool, trainable=False) if started.shards else None)
+    running.journals = self._journals
     self._state.serving.assign(True)
+    if started.loaded is not None:  # What was written after the checkpoint.
+      todo = self._journals.to_replay(manifest)
+      if any(item.cleared for item in todo):  # A clear() came after it.
+        for name in config.table_names:
+          running.client.reset(name)
+        running.counts.reset()
+      for item in todo:
+        self._replay(item)
     self.make_observer(num_envs=options.writes.num_envs)
     local = options.local
     running.starter = starter_lib.open_for(
@@ -120,15 +133,48 @@ class Serving:
       ValueError: if `priority` or `num_envs` is invalid.
     """
     running = self._state.require(started=True, where=self._backend.where)
-    obs = observer_lib.TrajectoryObserver(
-        running.client, tables=list(running.config.tables),
-        data_spec=self._options.data_spec, layout=running.config.step_layout,
-        writes=self._options.writes, timeouts=self._options.timeouts,
-        num_envs=num_envs, priority=priority,
-        priorities=running.counts.priorities, lock=self._state.lock,
-        wake=self._watcher.wake if self._watcher else None)
+    obs = self._new_observer(running, num_envs=num_envs, priority=priority,
+                             journal=True)
     running.observers.append(obs)
     return obs
+
+  def _new_observer(self, running: state_lib.Running, *,
+                    num_envs: Optional[int], priority: Optional[float],
+                    journal: bool) -> observer_lib.TrajectoryObserver:
+    """An observer of the running buffer, with a journal of its own if
+    `journal` and the buffer journals."""
+    tables = list(running.config.tables)
+    return observer_lib.TrajectoryObserver(
+        running.client, tables=tables, data_spec=self._options.data_spec,
+        layout=running.config.step_layout, writes=self._options.writes,
+        timeouts=self._options.timeouts, num_envs=num_envs,
+        priority=priority, priorities=running.counts.priorities,
+        lock=self._state.lock,
+        wake=self._watcher.wake if self._watcher else None,
+        journal=journal and self._journals.new_journal(
+            layout=running.config.step_layout,
+            data_spec=self._options.data_spec, num_envs=num_envs,
+            tables=[t.name for t in tables]) or None)
+
+  def _replay(self, item: journals_lib.ToReplay) -> None:
+    """Runs a journal again above its mark through an observer of its own
+    (not kept: the buffer's counts take what it counted)."""
+    running = self._state.running
+    obs = self._new_observer(running, num_envs=item.num_envs, priority=None,
+                             journal=False)
+    try:
+      done = obs.replay_journal(item.contents, mark=item.mark,
+                                keep_from=item.keep_from)
+    finally:
+      obs.close()
+    running.counts.add_replayed(obs.live_counters.env_steps,
+                                obs.num_episodes)
+    self._journals.replayed(item, done.after_mark, sum(done.items.values()))
+    logging.info(
+        'Replayed the journal of writer %s: %d record(s) after the '
+        "checkpoint's mark %d (%d steps; items %s).",
+        item.contents.writer_id, done.after_mark, item.mark,
+        done.counted[0], done.items)
 
   def _check_restart(self) -> None:
     """If the observers' server was restarted since the last check, every
@@ -164,6 +210,7 @@ class Serving:
       running = self._state.require(started=True, where=self._backend.where)
       for obs in running.observers:
         obs.end_episode()
+      self._journals.cleared(running.observers)
       for name in running.config.table_names:
         running.client.reset(name)
       for obs in running.observers:
@@ -202,9 +249,15 @@ class Serving:
       running = self._state.require(started=True, where=self._backend.where)
       self._backend.wait_for_pending_save()
       running.flush()
-      return self._backend.checkpoint(
-          extra=extra, counts=running.counts.manifest_counts(running.observers),
+      counts = running.counts.manifest_counts(running.observers)
+      marks = self._journals.marks(running.observers)
+      if marks is not None:
+        counts[journals_lib.MARKS_KEY] = marks
+      path = self._backend.checkpoint(
+          extra=extra, counts=counts,
           starter=running.starter.reference() if running.starter else None)
+      self._journals.committed(running.observers, marks)
+      return path
 
   def _stop(self) -> None:
     """Stops serving: the backend and the starter stop, the running buffer

@@ -57,6 +57,11 @@ class Counts:
     """Finished episodes likewise."""
     return self._episodes + sum(o.num_episodes for o in observers)
 
+  def add_replayed(self, env_steps: int, episodes: int) -> None:
+    """Counts what a journal replayed (its observer is not kept)."""
+    self._steps += env_steps
+    self._episodes += episodes
+
   def manifest_counts(self, observers: List[observer_lib.TrajectoryObserver]
                       ) -> Dict[str, Any]:
     """The counts a checkpoint's manifest records."""
@@ -141,6 +146,8 @@ class Running:
     shards_up: bool `[shards]`, whether each shard answers (set by the
       watcher; priority updates skip a shard that is down).
     batchers: the batchers of its datasets.
+    journals: the in-process buffer's write-ahead journals
+      (`journals.Journals`), or None.
   """
   client: reverb.Client
   config: config_lib.BufferConfig
@@ -153,6 +160,7 @@ class Running:
   shards: Tuple[Tuple[reverb.Client, reverb.TFClient], ...] = ()
   shards_up: Optional[tf.Variable] = None
   batchers: Batchers = dataclasses.field(default_factory=Batchers)
+  journals: Any = None
 
   def flush(self) -> None:
     """Flushes every observer.

@@ -36,6 +36,8 @@ CHECKPOINTS_DIR = 'checkpoints'
 REVERB_DIR = '.reverb'
 ORPHANED_DIR = durable.ORPHANED_DIR
 REPLACED_DIR = '.replaced'
+# The observers' write-ahead journals (`storage.journal`).
+JOURNAL_DIR = 'journal'
 _NAME = re.compile(r'^ckpt-(\d{6,})$')
 
 

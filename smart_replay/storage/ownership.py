@@ -35,12 +35,12 @@ from absl import logging
 from smart_replay import errors
 
 # The fixed names the buffer folder holds: storage's own (checkpoint_folders,
-# durable, coordinated_records, lock), the control service's secrets
+# durable, coordinated_records, lock, the observers' journals), the control service's secrets
 # (control/: the tokens and its certificate with its key) and the serving
 # record (remote/serving_record). test_ownership.py checks they agree. A link
 # under any of them could make the server read, write or delete elsewhere.
 KNOWN_ENTRIES = ('checkpoints', '.reverb', 'orphaned', '.replaced',
-                 'coordinated', '.lock', 'control.token', 'reader.token',
+                 'coordinated', 'journal', '.lock', 'control.token', 'reader.token',
                  'control.pem', '.serving.json', '.serving.json.tmp')
 PRIVATE_MODE = 0o700
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH

@@ -20,6 +20,7 @@ from smart_replay import errors
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import durable
 from smart_replay.storage import files as checkpoint_files
+from smart_replay.storage import journal_segments
 from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import ownership
@@ -81,10 +82,14 @@ class CheckpointStore:
     """Lists whatever in `root` a new buffer would shadow or Reverb would load.
 
     Returns:
-      Paths of our checkpoints, of anything in Reverb's root, and of Reverb
+      Paths of our checkpoints, of the observers' journal folder when a
+      journal in it holds records, of anything in Reverb's root, and of Reverb
       checkpoint folders placed directly in `root` (a raw Reverb root).
     """
     found = list(self.checkpoints())
+    journal = os.path.join(self.root, checkpoint_folders.JOURNAL_DIR)
+    if ownership.real_folder(journal) and journal_segments.holds_records(journal):
+      found.append(journal)  # Steps written since the last checkpoint.
     if os.path.isdir(self.reverb_root):
       found += [os.path.join(self.reverb_root, n)
                 for n in os.listdir(self.reverb_root)]

@@ -30,10 +30,13 @@ from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
 from smart_replay.server import priorities as priorities_lib
 from smart_replay.spec import validation as step_validation
+from smart_replay.storage import journal as journal_lib
+from smart_replay.storage import journal_segments
 from smart_replay.writing import block_writer
 from smart_replay.writing import chunking
 from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
+from smart_replay.writing import journaling
 from smart_replay.writing import planner as planner_lib
 from smart_replay.writing import settings as settings_lib
 from smart_replay.writing import writer as writer_lib
@@ -99,6 +102,9 @@ class TrajectoryObserver:
       client-mode manager's watcher then checks at once whether the server
       was restarted, and tells this observer what it lost:
       `count_restart_loss`); None: nobody to tell.
+    journal: a write-ahead journal (`storage.journal.JournalWriter`, made
+      with `journaling.journal_meta`): each call is recorded in it
+      (`journaling`), and the observer closes it; None: none.
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -118,7 +124,8 @@ class TrajectoryObserver:
                priority: Optional[float] = None,
                priorities: Optional[priorities_lib.Priorities] = None,
                lock: Optional[threading.RLock] = None,
-               wake: Optional[threading.Event] = None):
+               wake: Optional[threading.Event] = None,
+               journal: Optional[journal_lib.JournalWriter] = None):
     _check_arguments(tables, num_envs=num_envs, priority=priority)
     writes = writes or options.WriteOptions()
     timeouts = timeouts or options.Timeouts()
@@ -163,10 +170,16 @@ class TrajectoryObserver:
         counters=self._counters, confirmations=self.confirmations,
         reconnected=wake, num_columns=self._layout.num_columns,
         cells=self._layout.cells)
+    # What each call does goes to the journal, if there is one.
+    self._log = journal and journaling.CallLog(
+        journal, tables=self.table_names, keep_alive=keep_alive,
+        num_streams=num_envs or 1,
+        step_types=any(t.block_length is not None for t in tables))
     # One (plan, writer) per environment.
     self._streams = []
-    for _ in range(num_envs or 1):
-      out = writer_lib.StreamWriter(settings)
+    for index in range(num_envs or 1):
+      out = (journaling.RecordedStream(settings, self._log, index)
+             if self._log else writer_lib.StreamWriter(settings))
       plan = planner.stream(out.defer)
       out.on_restart = plan.restart
       self._streams.append((plan, out))
@@ -236,21 +249,36 @@ class TrajectoryObserver:
       if self._closed:
         raise errors.ManagerStateError(
             'this observer is closed; get a new one from the manager.')
-      if self._num_envs is None:
-        plan, out = self._streams[0]
-        self._write(plan, out, columns, int(step_types))
-      else:
-        for index, (plan, out) in enumerate(self._streams):
-          try:
-            self._write(plan, out, [column[index] for column in columns],
-                        int(step_types[index]))
-          except BaseException:
-            for later, _ in self._streams[index + 1:]:
-              later.gap = True  # Their step of this call was never written.
-            raise
-      if self._blocks:
-        self._blocks.add(columns, step_types,
-                         batched=self._num_envs is not None)
+      log = self._log
+      if not log:
+        self._write_call(columns, step_types)
+        return
+      log.journal.check()  # A failing journal refuses before any write.
+      log.begin(columns, step_types, self._counters)
+      try:
+        self._write_call(columns, step_types)
+      finally:
+        log.commit(self._counters)
+
+  def _write_call(self, columns: List[Any], step_types: Any) -> None:
+    """Writes one call's step(s) to every stream and the packed tables."""
+    if self._num_envs is None:
+      plan, out = self._streams[0]
+      self._write(plan, out, columns, int(step_types))
+    else:
+      for index, (plan, out) in enumerate(self._streams):
+        try:
+          self._write(plan, out, [column[index] for column in columns],
+                      int(step_types[index]))
+        except BaseException:
+          for later, _ in self._streams[index + 1:]:
+            later.gap = True  # Their step of this call was never written.
+          raise
+    if self._blocks:
+      if self._log:
+        self._log.op(journaling.BLOCK_ADD)
+      self._blocks.add(columns, step_types,
+                       batched=self._num_envs is not None)
 
   def _write(self, plan: planner_lib.StreamPlan,
              out: writer_lib.StreamWriter, step: List[Any],
@@ -284,12 +312,22 @@ class TrajectoryObserver:
     with self._lock:
       if self._closed:
         return
-      for plan, out in self._streams:
-        if plan.episode_steps:
-          plan.end_episode()
-          out.end_episode()
-      if self._blocks:
-        self._blocks.end_episode()
+      log = self._log
+      if log:
+        log.journal.check()
+        log.begin([], [], self._counters)
+      try:
+        for plan, out in self._streams:
+          if plan.episode_steps:
+            plan.end_episode()
+            out.end_episode()
+        if self._blocks:
+          if log:
+            log.op(journaling.BLOCK_END_EPISODE)
+          self._blocks.end_episode()
+      finally:
+        if log:
+          log.commit(self._counters)
 
   def count_restart_loss(self, saved_since: Optional[float],
                          restarted: Optional[float] = None) -> int:
@@ -339,6 +377,9 @@ class TrajectoryObserver:
         out.flush()
       if self._blocks:
         self._blocks.flush()
+      if self._log:  # A flush completes packed blocks early: replayed too.
+        self._log.flushed()
+        self._log.journal.flush()  # To the OS; 'always': on disk.
 
   def close(self) -> None:
     """Flushes and closes the writers; safe to call more than once.
@@ -364,6 +405,82 @@ class TrajectoryObserver:
           plan.restart()
         if self._blocks:
           self._blocks.close()
+        if self._log:
+          self._log.journal.close()
+
+  # ------------------------------------------------------------- journal
+
+  journal = property(
+      lambda self: self._log.journal if self._log else None,
+      doc='The write-ahead journal of this observer (`JournalWriter`), or '
+      'None.')
+
+  def journal_marks(self) -> Optional[Dict[str, int]]:
+    """Where a checkpoint taken now leaves this observer's journal.
+
+    Call it after `flush()`, with the lock held, so that nothing is written
+    between the two (the manager's checkpoint does).
+
+    Returns:
+      `{'mark': its last record, 'keep_from': the oldest record holding a
+      step a later item may reference}`, or None without a journal.
+    """
+    with self._lock:
+      if not self._log:
+        return None
+      return {'mark': self._log.journal.next_seq - 1,
+              'keep_from': self._log.keep_from()}
+
+  def journal_cleared(self) -> None:
+    """Records in the journal that the tables were emptied (call after
+    `end_episode()`, as the manager's `clear()` does)."""
+    with self._lock:
+      if self._log and not self._closed:
+        self._log.cleared()
+
+  def replay_journal(self, contents: journal_segments.JournalContents, *,
+                     mark: int, keep_from: int) -> journaling.Replayed:
+    """Writes another observer's journaled calls after `mark` again.
+
+    This observer (made with no journal, the same tables, layout and
+    `num_envs` as the journaled one) runs the records from `keep_from`:
+    up to `mark` it only appends their steps (the context later items
+    reference), after it everything; then it flushes. Its counters count
+    what the replayed records had counted.
+
+    Args:
+      contents: the journal, read (`storage.journal_segments.read`).
+      mark: the last record the restored checkpoint holds.
+      keep_from: the first record replay needs.
+
+    Returns:
+      What was replayed (`journaling.Replayed`).
+
+    Raises:
+      ValueError: if the journal was written by an observer of other
+        tables, columns or `num_envs`; names the difference.
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `__call__`.
+    """
+    meta = contents.meta
+    mine = {'tables': self.table_names, 'num_envs': self._num_envs}
+    theirs = {'tables': meta.get('tables'), 'num_envs': meta.get('num_envs')}
+    if mine != theirs:
+      raise ValueError(f'the journal of writer {contents.writer_id} was '
+                       f'written for {theirs}; this buffer has {mine}.')
+    with self._lock:
+      done = journaling.replay(
+          contents, mark=mark, keep_from=keep_from,
+          streams=[out for _, out in self._streams],
+          blocks=self._blocks or None, tables=meta['tables'],
+          batched=self._num_envs is not None)
+      steps, env_steps, episodes = done.counted
+      self._counters.steps += steps
+      self._counters.env_steps += env_steps
+      self._counters.episodes += episodes
+      for table, count in done.items.items():
+        self._counters.items[table] += count
+    return done
 
   def reset_counters(self) -> None:
     """Sets every counter of this observer back to zero."""

@@ -16,13 +16,16 @@ def test_a_tiny_run_measures_and_reports_everything(tmp_path):
   results = benchmark.run(workload, str(tmp_path), curve_sizes=(200, 400))
   assert set(results['ratios']) == set(benchmark.TARGETS)
   for name in ('insert', 'batched_insert', 'sample', 'checkpoint_bytes',
-               'checkpoint_restore_time'):
+               'checkpoint_restore_time', 'journal_insert'):
     assert results['ratios'][name]['value'] > 0, name
   # Memory: a 400-step run may not grow the RSS at all; it is only reported.
   assert isinstance(results['ratios']['memory']['value'], float)
   assert set(results['insert_steps_per_s']) == {
       'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
-      'reverb_floor'}
+      'reverb_floor', 'ours_no_journal', 'ours_journal',
+      'ours_journal_always'}
+  journal = results['journal']  # One repeat's 200 steps, replayed.
+  assert journal['bytes_per_step'] > 0 and journal['replay_steps_per_s'] > 0
   for rates in results['insert_steps_per_s'].values():
     assert len(rates) == 2 and min(rates) > 0
   rates = results['sample_transitions_per_s']

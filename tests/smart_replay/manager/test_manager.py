@@ -464,8 +464,12 @@ def test_port_in_use_is_refused(make_manager):
 
 # -- 8. clear, close, context manager ------------------------------------------
 
-def test_clear_empties_and_older_checkpoint_still_loads(make_manager):
-  manager = make_manager()
+@pytest.mark.parametrize('journal', ['every_second', False])
+def test_clear_empties_and_a_load_restores_what_is_durable(make_manager,
+                                                           journal):
+  """Without a journal a load restores the checkpoint taken before the
+  clear; with one, the journal replays the clear and what came after it."""
+  manager = make_manager(journal=journal)
   manager.create_replay_buffer()
   _write(manager, 50)
   manager.checkpoint()
@@ -476,10 +480,13 @@ def test_clear_empties_and_older_checkpoint_still_loads(make_manager):
   assert stats['env_steps'] == 0 and stats['tables']['experience']['inserts'] == 0
   record = _write(manager, 10, seed=2)  # Writing after clear works.
   assert manager.stats()['env_steps'] == record.env_steps
+  after_clear = manager.num_frames()
   manager.close()
-  fresh = make_manager()
+  fresh = make_manager(journal=journal)
   fresh.load_replay_buffer()
-  assert fresh.num_frames() == saved_items
+  assert fresh.num_frames() == (after_clear if journal else saved_items)
+  if journal:
+    assert fresh.stats()['env_steps'] == record.env_steps
 
 
 def test_close_twice_stops_the_server(make_manager):

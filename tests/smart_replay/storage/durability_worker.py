@@ -41,8 +41,10 @@ def data_spec():
 
 
 def make_manager(buffer_dir, **kwargs):
-  """The manager every process of a durability test builds."""
+  """The manager every process of a durability test builds (without a
+  journal unless asked: these tests hold it to its checkpoints)."""
   kwargs.setdefault('capacity', 100_000)
+  kwargs.setdefault('journal', False)
   return smart_replay.ReplayBufferManager(
       data_spec=data_spec(), checkpoint_dir=buffer_dir,
       sequence_length=SEQUENCE_LENGTH, write_timeout_s=30.0,

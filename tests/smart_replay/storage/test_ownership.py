@@ -237,7 +237,7 @@ def test_follows_an_own_link_on_the_way_and_checks_where_it_leads(tmp_path):
 def test_known_entries_are_the_names_the_buffer_uses():
   used = {checkpoint_folders.CHECKPOINTS_DIR, checkpoint_folders.REVERB_DIR,
           checkpoint_folders.ORPHANED_DIR, checkpoint_folders.REPLACED_DIR,
-          durable.ORPHANED_DIR, coordinated_records.RECORDS_DIR,
+          checkpoint_folders.JOURNAL_DIR, durable.ORPHANED_DIR, coordinated_records.RECORDS_DIR,
           buffer_lock.LOCK_FILE, serving_record.RECORD_FILE,
           serving_record.RECORD_FILE + '.tmp',
           # control/'s secrets: the tokens, its certificate with its key.

@@ -1,0 +1,250 @@
+"""An in-process buffer's write-ahead journals, from observer to checkpoint.
+
+Every observer of a buffer with its own folder (`LocalBuffer`) writes a
+journal of its own (`writing.journaling`) in `<checkpoint_dir>/journal`,
+under a new writer id. `Journals` is the manager's part that:
+
+* makes each observer's journal (`new_journal`);
+* at a checkpoint, with the observers flushed and the manager's lock held,
+  takes every writer's mark and context (`marks`, recorded in the
+  manifest's `counts['journal']`), and starts a new segment of each live
+  journal; once the checkpoint is committed (`committed`), deletes what it
+  covers: the segments before each live writer's context, and the whole
+  journal of a writer that is closed or was replayed;
+* at `clear()` (`cleared`), records it in each live journal and deletes
+  the others, whose steps the tables held;
+* at a load of the buffer's own folder (`to_replay`), lists the journals to
+  run again above the loaded checkpoint's marks (from the last `clear()`
+  after them, if any: the restored tables are emptied first), which the
+  manager replays through fresh observers. A checkpoint written before journals has no
+  marks: nothing is replayed (said once). A journal that no longer holds
+  the records the checkpoint needs (its segments were dropped after a newer
+  checkpoint that is now damaged) is skipped, loudly: what it held after the
+  loaded checkpoint is lost, and the log says which records.
+"""
+
+import dataclasses
+import os
+import uuid
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import logging
+
+from smart_replay.storage import checkpoint_folders
+from smart_replay.storage import journal as journal_lib
+from smart_replay.storage import journal_segments as segments_lib
+from smart_replay.writing import journaling
+from smart_replay.writing import observer as observer_lib
+
+# The manifest's key, in `counts`, of the writers' marks.
+MARKS_KEY = 'journal'
+
+
+@dataclasses.dataclass
+class ToReplay:
+  """One writer's journal to run again above a checkpoint's mark.
+
+  Attributes:
+    contents: the journal, read.
+    mark: its last record the checkpoint holds (or its last `clear()`).
+    keep_from: the first record replay needs.
+    cleared: whether the tables were emptied (`clear()`) after the
+      checkpoint: the restored items go before anything is replayed.
+  """
+  contents: segments_lib.JournalContents
+  mark: int
+  keep_from: int
+  cleared: bool = False
+
+  @property
+  def num_envs(self) -> Optional[int]:
+    """The journaled observer's `num_envs`."""
+    return self.contents.meta.get('num_envs')
+
+
+class Journals:
+  """The write-ahead journals of one in-process buffer (see the module doc).
+
+  Args:
+    checkpoint_dir: the buffer's folder; None (a client): no journals.
+    sync: `WriteOptions.journal`: 'always', 'every_second', 'off', or False
+      for no journals.
+  """
+
+  def __init__(self, checkpoint_dir: Optional[str], sync: Any):
+    self.folder = (os.path.join(checkpoint_dir, checkpoint_folders.JOURNAL_DIR)
+                   if checkpoint_dir and sync else None)
+    self._sync = sync
+    # Writers replayed at the load: {id: last record}, until a checkpoint
+    # covers them.
+    self._replayed: Dict[str, int] = {}
+    # The last committed checkpoint's marks; what the load replayed.
+    self._marks: Dict[str, Dict[str, int]] = {}
+    self._replay_counts = {'writers': 0, 'records': 0, 'items': 0}
+
+  @property
+  def enabled(self) -> bool:
+    """Whether observers write journals."""
+    return self.folder is not None
+
+  def new_journal(self, *, layout: Any, data_spec: Any,
+                  num_envs: Optional[int], tables: Sequence[str]
+                  ) -> Optional[journal_lib.JournalWriter]:
+    """A journal for a new observer, under a new writer id; None if
+    journals are off."""
+    if not self.enabled:
+      return None
+    return journal_lib.JournalWriter(
+        self.folder, writer_id=uuid.uuid4().hex[:16], sync=self._sync,
+        meta=journaling.journal_meta(layout, data_spec, num_envs=num_envs,
+                                     tables=tables))
+
+  def marks(self, observers: Sequence[observer_lib.TrajectoryObserver]
+            ) -> Optional[Dict[str, Dict[str, int]]]:
+    """Every writer's mark and context for a checkpoint taken now.
+
+    Call with the observers flushed and the manager's lock held. Each live
+    journal starts a new segment, so that `committed` can drop the old.
+
+    Returns:
+      `{writer id: {'mark', 'keep_from'}}` (closed and replayed writers:
+      `keep_from` past their last record), or None if journals are off.
+    """
+    if not self.enabled:
+      return None
+    marks = {wid: {'mark': last, 'keep_from': last + 1}
+             for wid, last in self._replayed.items()}
+    for obs in observers:
+      found = obs.journal_marks()
+      if found is None:
+        continue
+      if obs.journal.closed:
+        found['keep_from'] = found['mark'] + 1
+      else:
+        obs.journal.rotate()
+      marks[obs.journal.writer_id] = found
+    return marks
+
+  def committed(self, observers: Sequence[observer_lib.TrajectoryObserver],
+                marks: Optional[Dict[str, Dict[str, int]]]) -> None:
+    """Deletes what a committed checkpoint with these marks covers."""
+    if not marks:
+      return
+    self._marks = marks
+    live = {}
+    for obs in observers:
+      if obs.journal is not None and not obs.journal.closed:
+        live[obs.journal.writer_id] = obs.journal
+    for wid, mark in marks.items():
+      if wid in live:
+        live[wid].drop_before(mark['keep_from'])
+      else:
+        segments_lib.remove_writer(self.folder, wid)
+        self._replayed.pop(wid, None)
+
+  def to_replay(self, manifest: Optional[Dict[str, Any]]) -> List[ToReplay]:
+    """The journals to run again above a loaded checkpoint's marks.
+
+    Args:
+      manifest: the loaded checkpoint's manifest (of this buffer's own
+        folder), or None if no checkpoint was loaded (a buffer never
+        checkpointed: everything is replayed).
+
+    Returns:
+      One `ToReplay` per writer with records above its mark, oldest writer
+      first (by its first segment's time).
+    """
+    if not self.enabled:
+      return []
+    found = segments_lib.segments(self.folder)
+    if not found:
+      return []
+    if manifest is not None and MARKS_KEY not in manifest.get('counts', {}):
+      logging.warning(
+          'The checkpoint loaded has no journal marks (written before '
+          'journals, or without one): the %d journal(s) in %s are not '
+          'replayed.', len(found), self.folder)
+      return []
+    marks = (manifest or {}).get('counts', {}).get(MARKS_KEY, {})
+    todo = []
+    for wid in sorted(found, key=lambda w: os.path.getmtime(found[w][0][1])):
+      mark = marks.get(wid, {'mark': 0, 'keep_from': 1})
+      contents = segments_lib.read(self.folder, wid)
+      if all(r.kind == journaling.FLUSH for r in contents.records
+             if r.seq > mark['mark']):  # Nothing after the mark to redo.
+        self._replayed[wid] = contents.last_seq
+        continue
+      first = contents.records[0].seq if contents.records else None
+      if first is None or first > mark['keep_from']:
+        logging.error(
+            'The journal of writer %s starts at record %s, but the loaded '
+            'checkpoint needs it from record %d (its older records were '
+            'dropped after a newer checkpoint, which is gone or damaged): '
+            'records %d..%d are not replayed and are lost.', wid, first,
+            mark['keep_from'], mark['mark'] + 1, contents.last_seq)
+        self._replayed[wid] = contents.last_seq
+        continue
+      clear = journaling.last_clear(contents, mark['mark'])
+      if clear is not None:  # Nothing before it is in the tables any more.
+        todo.append(ToReplay(contents, clear, clear + 1, cleared=True))
+      else:
+        todo.append(ToReplay(contents, mark['mark'], mark['keep_from']))
+    return todo
+
+  def cleared(self, observers: Sequence[observer_lib.TrajectoryObserver]
+              ) -> None:
+    """The tables were emptied: each live observer's journal records it;
+    the journals of closed and replayed writers, all of whose steps were in
+    the tables, are deleted."""
+    if not self.enabled:
+      return
+    live = set()
+    for obs in observers:
+      if obs.journal is not None and not obs.journal.closed:
+        obs.journal_cleared()
+        live.add(obs.journal.writer_id)
+    for wid in segments_lib.segments(self.folder):
+      if wid not in live:
+        segments_lib.remove_writer(self.folder, wid)
+        self._replayed.pop(wid, None)
+
+  def replayed(self, item: ToReplay, records: int, items: int) -> None:
+    """Records that `item` was replayed (`records` after its mark, making
+    `items` items): the next checkpoint covers it."""
+    self._replayed[item.contents.writer_id] = item.contents.last_seq
+    self._replay_counts['writers'] += 1
+    self._replay_counts['records'] += records
+    self._replay_counts['items'] += items
+
+  def stats(self, observers: Sequence[observer_lib.TrajectoryObserver]
+            ) -> Optional[Dict[str, Any]]:
+    """What the journals hold, for `stats()`; None if journals are off.
+
+    Returns:
+      `{'sync': the policy, 'writers': live journals, 'bytes': on disk,
+      'records_since_checkpoint': records after the last committed
+      checkpoint's marks, 'last_sync_unix': the newest sync (None before
+      one), 'failures': failed writes or syncs, 'replayed': {'writers',
+      'records', 'items'} at the load}`.
+    """
+    if not self.enabled:
+      return None
+    journals = [obs.journal for obs in observers if obs.journal is not None]
+    found = [j.stats() for j in journals]
+    waiting = sum(
+        j.next_seq - 1 - self._marks.get(j.writer_id, {}).get('mark', 0)
+        for j in journals)
+    syncs = [f['last_sync_unix'] for f in found if f['last_sync_unix']]
+    on_disk = 0
+    for paths in segments_lib.segments(self.folder).values():
+      for _, path in paths:
+        try:
+          on_disk += os.lstat(path).st_size
+        except FileNotFoundError:
+          pass
+    return {'sync': self._sync,
+            'writers': sum(not j.closed for j in journals),
+            'bytes': on_disk, 'records_since_checkpoint': waiting,
+            'last_sync_unix': max(syncs) if syncs else None,
+            'failures': sum(f['failures'] for f in found),
+            'replayed': dict(self._replay_counts)}

@@ -1,0 +1,403 @@
+"""What an observer's write-ahead journal records, and replaying it.
+
+Each call of a `TrajectoryObserver` (a step, or batch of steps; an end of
+episode) becomes one journal record (`storage.journal`): the layout's columns
+of the step, as the layout already encodes them, and what the call did with
+them, in order: each stream's transport operations (append the step, defer an
+item of a table with its priority and length, end the chunk, end the
+episode) and the packed tables' (add the step, end the episode). A flush of
+the observer is a record of its own, since it completes packed blocks early.
+
+Replaying a record runs the same operations on fresh writers, with no
+planner: the items come out as they were made, whatever the tables, the
+layout or the episodes. A checkpoint records each writer's mark (its last
+record whose items the checkpoint holds: the observer was flushed, under the
+manager's lock) and where its context starts (`keep_from`: the oldest record
+holding a step a later item may reference, i.e. the streams' writer
+histories). Replay runs the records from `keep_from`: those up to the mark
+only append their steps again (the context the next items reference), those
+after it everything. So each item after the mark is stored once, and none
+before it again.
+
+Record payload (little-endian): a header `<BBHIII` (format 1, columns, ops,
+and what the call counted: steps, environment steps, episodes), each
+column's bytes (dtypes and shapes are in the
+journal's `meta`, `describe_columns`), the step types (`int8[streams]`),
+then the ops, `<BHHdI` each (code, stream, table index, priority, length).
+"""
+
+import dataclasses
+import struct
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from smart_replay.spec import specs
+from smart_replay.storage import journal as journal_lib
+from smart_replay.storage import journal_segments
+from smart_replay.writing import settings as settings_lib
+from smart_replay.writing import writer as writer_lib
+
+# Record kinds of an observer's journal.
+CALL = 1
+FLUSH = 2
+CLEAR = 3  # The manager emptied the tables (`clear()`).
+FORMAT = 1
+# Operations (their codes in a record).
+APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE = 1, 2, 3, 4, 5
+BLOCK_ADD, BLOCK_END_EPISODE = 6, 7
+_STREAM_OPS = (APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE)
+_HEADER = struct.Struct('<BBHIII')
+_OP = struct.Struct('<BHHdI')
+
+
+def describe_columns(columns: Sequence[np.ndarray]) -> List[Dict[str, Any]]:
+  """The dtypes and shapes of one call's columns, for the journal's meta.
+
+  Args:
+    columns: the layout's columns of a call (batched ones with the
+      environments' dimension).
+
+  Returns:
+    `[{'dtype': numpy's dtype string, 'shape': [...]}]`.
+  """
+  return [{'dtype': np.asarray(c).dtype.str, 'shape': list(np.shape(c))}
+          for c in columns]
+
+
+def journal_meta(layout: Any, data_spec: Any, *, num_envs: Optional[int],
+                 tables: Sequence[str]) -> Dict[str, Any]:
+  """What an observer's journal records its records encode (its `meta`).
+
+  Args:
+    layout: the observer's layout (`packed_steps.Layout` or a frame-stacked
+      one).
+    data_spec: the spec of one step.
+    num_envs: environments per call, or None.
+    tables: the tables' names, in the order records index them.
+
+  Returns:
+    `{'format', 'columns': describe_columns(...) of a zero step, 'num_envs',
+    'tables', 'layout'}` (JSON).
+  """
+  lead = () if num_envs is None else (num_envs,)
+  zeros = [np.zeros(lead + tuple(leaf.shape), leaf.dtype)
+           for leaf in specs.flatten_spec(data_spec)]
+  return {'format': FORMAT,
+          'columns': describe_columns(layout.columns(zeros)),
+          'num_envs': num_envs, 'tables': list(tables),
+          'layout': layout.describe()}
+
+
+class RecordedStream(writer_lib.StreamWriter):
+  """A `StreamWriter` that also records what it is asked to do in the
+  observer's `CallLog` (as stream `index`).
+
+  Args:
+    settings: the observer's `WriterSettings`.
+    log: the observer's `CallLog`.
+    index: this stream's index among the observer's.
+  """
+
+  def __init__(self, settings: settings_lib.WriterSettings, log: 'CallLog',
+               index: int):
+    self._log, self._index = log, index
+    self._ending = False
+    super().__init__(settings)
+
+  def append(self, step: List[np.ndarray]) -> bool:
+    self._log.op(APPEND, self._index)
+    return super().append(step)
+
+  def defer(self, table: str, priority: float, length: int) -> None:
+    self._log.op(DEFER, self._index, table, priority, length)
+    super().defer(table, priority, length)
+
+  def end_chunk(self) -> None:
+    self._log.op(END_CHUNK, self._index)
+    super().end_chunk()
+
+  def end_episode(self) -> None:
+    self._log.op(END_EPISODE, self._index)
+    self._ending = True  # Its finish_episode is part of it.
+    try:
+      super().end_episode()
+    finally:
+      self._ending = False
+
+  def finish_episode(self) -> None:
+    if not self._ending:
+      self._log.op(FINISH_EPISODE, self._index)
+    super().finish_episode()
+
+  def _forget_cells(self) -> None:
+    super()._forget_cells()
+    if hasattr(self, '_log'):  # Not while the base class starts.
+      self._log.forget(self._index)
+
+
+@dataclasses.dataclass
+class Call:
+  """One decoded record of a call.
+
+  Attributes:
+    columns: the call's columns.
+    step_types: its step types, one per stream.
+    counted: what the call added to the observer's `steps`, `env_steps`
+      and `episodes` counters.
+    ops: `(code, stream, table index, priority, length)` in order.
+  """
+  columns: List[np.ndarray]
+  step_types: np.ndarray
+  counted: Tuple[int, int, int]
+  ops: List[tuple]
+
+
+class CallLog:
+  """Collects the operations of the observer call in progress and writes
+  them to the journal as one record.
+
+  Args:
+    journal: the observer's journal.
+    tables: the tables' names, in the order records index them.
+    keep_alive: the steps of a stream's writer history (`WriterSettings`).
+    num_streams: the observer's streams.
+    step_types: whether records keep the calls' step types (the packed
+      tables' replay needs them).
+  """
+
+  def __init__(self, journal: journal_lib.JournalWriter, *,
+               tables: Sequence[str], keep_alive: int, num_streams: int,
+               step_types: bool):
+    self.journal = journal
+    self._step_types = step_types
+    self._tables = {name: index for index, name in enumerate(tables)}
+    self._ops = bytearray()
+    self._count = 0
+    self._parts: List[Any] = []
+    self._counted = (0, 0, 0)
+    # Per stream, the record of each step its writer history holds.
+    self._history = [_SeqHistory(keep_alive) for _ in range(num_streams)]
+
+  def begin(self, columns: Sequence[np.ndarray], step_types: Any,
+            counters: Any) -> None:
+    """Starts the record of a call that took these columns (none for an
+    end of episode); `counters` are the observer's, before the call."""
+    # Slot 0 takes the header at commit.
+    self._parts = [b''] + [c.tobytes() for c in columns]
+    self._parts.append(np.asarray(step_types, np.int8).tobytes()
+                       if self._step_types else b'')
+    self._counted = (counters.steps, counters.env_steps, counters.episodes)
+    self._ops = bytearray()
+    self._count = 0
+
+  def op(self, code: int, stream: int = 0, table: Optional[str] = None,
+         priority: float = 0.0, length: int = 0) -> None:
+    """Records one operation of the call in progress."""
+    self._ops += _OP.pack(code, stream, self._tables[table] if table else 0,
+                          priority, length)
+    self._count += 1
+    if code == APPEND:
+      self._history[stream].add(self.journal.next_seq)
+
+  def forget(self, stream: int) -> None:
+    """A stream's writer dropped its history (an episode end that clears
+    it, a restart)."""
+    self._history[stream].clear()
+
+  def commit(self, counters: Any) -> Optional[int]:
+    """Writes the call's record; returns its sequence number (None for a
+    call that did nothing).
+
+    Args:
+      counters: the observer's counters after the call.
+
+    Raises:
+      JournalWriteError: if the journal cannot take it (see `storage.
+        journal`; the record is kept in memory).
+    """
+    steps, env_steps, episodes = self._counted
+    counted = (counters.steps - steps, counters.env_steps - env_steps,
+               counters.episodes - episodes)
+    if not self._count and not any(counted):
+      self._parts = []
+      return None
+    parts = self._parts
+    parts[0] = _HEADER.pack(FORMAT, len(parts) - 2, self._count, *counted)
+    parts.append(self._ops)
+    self._parts = []
+    return self.journal.append(CALL, b''.join(parts))
+
+  def flushed(self) -> int:
+    """Writes a record of a flush of the observer; returns its number."""
+    return self.journal.append(FLUSH, b'')
+
+  def cleared(self) -> int:
+    """Writes a record of the tables emptied (the observer's episodes were
+    ended first: later items reference no earlier step)."""
+    for history in self._history:
+      history.clear()
+    return self.journal.append(CLEAR, b'')
+
+  def keep_from(self) -> int:
+    """The oldest record a later item may reference a step of."""
+    return min([h.oldest() for h in self._history] + [self.journal.next_seq])
+
+
+class _SeqHistory:
+  """The record numbers of the steps a stream's writer history holds (as
+  many as it keeps, `keep_alive`)."""
+
+  def __init__(self, keep_alive: int):
+    self._seqs: List[int] = []
+    self._keep = keep_alive
+
+  def add(self, seq: int) -> None:
+    self._seqs.append(seq)
+    if len(self._seqs) > 2 * self._keep:
+      del self._seqs[:-self._keep]
+
+  def clear(self) -> None:
+    self._seqs.clear()
+
+  def oldest(self) -> int:
+    kept = self._seqs[-self._keep:]
+    return kept[0] if kept else 1 << 62
+
+
+def decode(payload: bytes, columns: Sequence[Dict[str, Any]]) -> Call:
+  """Decodes a call's record.
+
+  Args:
+    payload: the record's payload.
+    columns: the journal meta's `describe_columns`.
+
+  Returns:
+    The `Call`.
+
+  Raises:
+    ValueError: if the payload does not match the columns.
+  """
+  version, num_columns, num_ops, *counted = _HEADER.unpack_from(payload)
+  if not num_columns:  # A call without a step (an end of episode).
+    columns = []
+  if version != FORMAT or num_columns != len(columns):
+    raise ValueError(f'a journal record of format {version} with '
+                     f'{num_columns} column(s); expected format {FORMAT} with '
+                     f'{len(columns)}.')
+  offset, out = _HEADER.size, []
+  for column in columns:
+    dtype = np.dtype(column['dtype'])
+    count = int(np.prod(column['shape'], dtype=np.int64))
+    out.append(np.frombuffer(payload, dtype, count, offset).reshape(
+        column['shape']))
+    offset += count * dtype.itemsize
+  streams = len(payload) - offset - num_ops * _OP.size
+  step_types = np.frombuffer(payload, np.int8, streams, offset)
+  offset += streams
+  ops = [_OP.unpack_from(payload, offset + i * _OP.size)
+         for i in range(num_ops)]
+  return Call(out, step_types, tuple(counted), ops)
+
+
+@dataclasses.dataclass
+class Replayed:
+  """What `replay` did.
+
+  Attributes:
+    records: records read from `keep_from` on.
+    after_mark: of those, the ones after the mark (replayed whole).
+    counted: what the records after the mark had counted: `steps`,
+      `env_steps`, `episodes`.
+    items: items created again, per table.
+  """
+  records: int = 0
+  after_mark: int = 0
+  counted: List[int] = dataclasses.field(default_factory=lambda: [0, 0, 0])
+  items: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def last_clear(contents: journal_segments.JournalContents,
+               after: int) -> Optional[int]:
+  """The last record of a `clear()` after record `after`, or None."""
+  found = [r.seq for r in contents.records
+           if r.kind == CLEAR and r.seq > after]
+  return found[-1] if found else None
+
+
+def replay(contents: journal_segments.JournalContents, *, mark: int,
+           keep_from: int, streams: Sequence[Any], blocks: Any,
+           tables: Sequence[str], batched: bool) -> Replayed:
+  """Runs a writer's journaled operations again (see the module doc).
+
+  Args:
+    contents: the writer's journal, read.
+    mark: its last record the restored checkpoint holds (0: none).
+    keep_from: the first record replay may need.
+    streams: fresh `StreamWriter`s, one per stream of the journaled
+      observer.
+    blocks: a fresh `BlockWriter` (packed tables), or None.
+    tables: the tables' names, in the order the records index them.
+    batched: whether the journaled observer took batches (`num_envs`).
+
+  Returns:
+    What was replayed; the writers are flushed.
+
+  Raises:
+    ValueError: if a record does not decode.
+  """
+  columns_meta = contents.meta['columns']
+  done = Replayed()
+  for record in contents.records:
+    if record.seq < keep_from:
+      continue
+    done.records += 1
+    whole = record.seq > mark
+    done.after_mark += whole
+    if record.kind == CLEAR:
+      continue  # The caller replays from after the last one.
+    if record.kind == FLUSH:
+      if whole:
+        for out in streams:
+          out.flush()
+        if blocks:
+          blocks.flush()
+      continue
+    call = decode(record.payload, columns_meta)
+    if whole:
+      done.counted = [a + b for a, b in zip(done.counted, call.counted)]
+    for code, stream, table, priority, length in call.ops:
+      if code in _STREAM_OPS:
+        out = streams[stream]
+        if code == APPEND:
+          out.append([c[stream] for c in call.columns] if batched else
+                     list(call.columns))
+        elif code == DEFER:
+          if whole:
+            out.defer(tables[table], priority, length)
+            done.items[tables[table]] = done.items.get(tables[table], 0) + 1
+        elif code == END_CHUNK:
+          out.end_chunk()
+        elif code == END_EPISODE:
+          out.end_episode()
+        else:
+          out.finish_episode()
+      elif whole and code == BLOCK_ADD:
+        blocks.add(call.columns, call.step_types if batched else
+                   call.step_types[0], batched=batched)
+      elif whole and code == BLOCK_END_EPISODE:
+        blocks.end_episode()
+    _fault_point('replayed')
+  for out in streams:
+    out.flush()
+  if blocks:
+    blocks.flush()
+  return done
+
+
+def _fault_point(step: str) -> None:
+  """A named step of replaying a journal: 'replayed', after each record.
+
+  Does nothing; durability tests replace it to kill the process there.
+  """
+  del step

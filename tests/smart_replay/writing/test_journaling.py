@@ -1,0 +1,83 @@
+"""Replaying an observer's journal (`writing.journaling`) makes the items the
+observer made, whatever the tables, layout and batching: a buffer copied
+right after a flush (its checkpoint plus its journal: what a crash leaves)
+and loaded holds, table by table, exactly the items the live buffer saves
+in its next checkpoint, each once.
+"""
+
+import collections
+import os
+import shutil
+
+import pytest
+from tf_agents.environments import batched_py_environment
+from tf_agents.policies import random_py_policy
+
+import smart_replay
+from smart_replay import TableConfig
+from smart_replay.storage import reader as reader_lib
+from tests import testing
+
+# Every kind of table: windows (strided, crossing episodes), episodes,
+# prioritized, and packed items (blocks).
+_TABLES = [
+    TableConfig(name='windows'),
+    TableConfig(name='strided', stride_length=2),
+    TableConfig(name='episodes', kind='episode', episode_length=16),
+    TableConfig(name='crossing', cross_episodes=True),
+    TableConfig(name='prioritized', sampler='prioritized'),
+    TableConfig(name='blocks', block_length=8),
+]
+
+
+def _run(observer, steps, seed, num_envs):
+  """A real Actor's steps, of one environment or a batch of them."""
+  if num_envs is None:
+    testing.run_actor(observer, steps, seed=seed)
+    return
+  envs = [testing.make_env(seed=seed + i, max_duration=3 + 4 * i)
+          for i in range(num_envs)]
+  policy = random_py_policy.RandomPyPolicy(
+      envs[0].time_step_spec(), envs[0].action_spec(),
+      info_spec=testing.INFO_SPEC, outer_dims=(num_envs,), seed=seed)
+  testing.run_actor(observer, steps, seed=seed, policy=policy,
+                    env=batched_py_environment.BatchedPyEnvironment(envs))
+
+
+def _items(checkpoint):
+  """{table: Counter of item fingerprints} of a checkpoint."""
+  found = collections.defaultdict(collections.Counter)
+  for item in reader_lib.CheckpointReader(checkpoint).items():
+    found[item.table][testing.item_fingerprint(item.columns)] += 1
+  return dict(found)
+
+
+@pytest.mark.parametrize('layout, num_envs', [('packed', None),
+                                              ('columns', None),
+                                              ('packed', 2)])
+def test_a_replayed_journal_makes_the_items_the_observer_made(
+    tmp_path, layout, num_envs):
+  spec = testing.collect_data_spec(testing.make_env())
+  live_dir, crashed_dir = str(tmp_path / 'live'), str(tmp_path / 'crashed')
+  tables = [t for t in _TABLES  # Packed items need packed steps.
+            if layout == 'packed' or t.block_length is None]
+  kwargs = dict(data_spec=spec, capacity=10_000, sequence_length=3,
+                table_configs=tables, layout=layout, num_envs=num_envs,
+                journal='always')
+  live = smart_replay.ReplayBufferManager(checkpoint_dir=live_dir, **kwargs)
+  _, observer = live.create_replay_buffer()
+  _run(observer, 60, 1, num_envs)
+  live.checkpoint()
+  _run(observer, 70, 2, num_envs)  # Mid-episode at the end.
+  observer.flush()
+  shutil.copytree(live_dir, crashed_dir)  # What a kill -9 now leaves.
+  expected = _items(live.checkpoint())
+  live.close()
+  assert sum(sum(c.values()) for c in expected.values()) > 100
+  os.unlink(os.path.join(crashed_dir, '.lock'))
+  recovered = smart_replay.ReplayBufferManager(checkpoint_dir=crashed_dir,
+                                               **kwargs)
+  recovered.load_replay_buffer()
+  got = _items(recovered.checkpoint())
+  recovered.close()
+  assert got == expected
