@@ -6,7 +6,6 @@ timed from a cold start. The process also samples itself on request
 measured at any size of the buffer.
 """
 
-import multiprocessing
 import os
 import time
 from typing import Any, Optional
@@ -15,6 +14,7 @@ import reverb
 
 from smart_replay.server import local_server as server_lib
 from smart_replay_benchmarks import extras
+from smart_replay_benchmarks import side_processes
 from smart_replay_benchmarks import workload as workload_lib
 
 _START_TIMEOUT_S = 300.0
@@ -22,7 +22,7 @@ _SAMPLE_TIMEOUT_S = 1800.0
 
 
 def _serve(connection, spec, capacity, root, fallback, buffer) -> None:
-  """Runs one Reverb server (in a spawned process) until told to stop;
+  """Runs one Reverb server (in a side process) until told to stop;
   answers ('sample', pipeline, batch_size, batches) requests meanwhile."""
   os.environ['TZ'] = 'UTC'  # Checkpoint folder names sort by time.
   time.tzset()
@@ -46,8 +46,7 @@ class ServerProcess:
   """A Reverb server with one benchmark table, in its own process.
 
   It is `workload.make_server(spec, capacity, root, fallback, buffer)`, run
-  in a
-  spawned process until `close()`.
+  in its own process (`side_processes`) until `close()`.
 
   Attributes:
     client: a `reverb.Client` of the server.
@@ -59,7 +58,7 @@ class ServerProcess:
                fallback: Optional[str] = None,
                buffer: workload_lib.Buffer = workload_lib.Buffer()):
     self.buffer = buffer
-    context = multiprocessing.get_context('spawn')  # A forked client hangs.
+    context = side_processes.context()
     self._connection, child = context.Pipe()
     self._process = context.Process(
         target=_serve, args=(child, spec, capacity, root, fallback, buffer),
