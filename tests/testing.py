@@ -207,9 +207,10 @@ def read_all_items(manager, table_name, batch_size=16, timeout_s=2.0):
       trajectory, info = next(iterator)
     except Exception:  # pylint: disable=broad-except
       return items, infos  # The timeout: the table is empty.
-    mask = info.mask.numpy()
+    mask, keys = info.mask.numpy(), info.key.numpy()
+    batch = tree.map_structure(lambda t: t.numpy(), trajectory)  # Once.
     for b in range(mask.shape[0]):
       length = int(mask[b].sum())
       items.append(item_fingerprint(tree.map_structure(
-          lambda t: t[b, :length].numpy(), trajectory)))  # pylint: disable=cell-var-from-loop
-      infos.append((int(info.key[b, 0]), mask[b]))
+          lambda t: t[b, :length], batch)))  # pylint: disable=cell-var-from-loop
+      infos.append((int(keys[b, 0]), mask[b]))

@@ -21,7 +21,10 @@ from tests.smart_replay.storage import durability_worker as rounds
 
 ROUNDS = 20
 FORKSERVER = multiprocessing.get_context('forkserver')
-FORKSERVER.set_forkserver_preload(['tests.smart_replay.manager.journal_worker'])
+# The manager's modules load lazily (`smart_replay.__getattr__`): preloaded,
+# each child skips importing (and, under Bazel, compiling) them again.
+FORKSERVER.set_forkserver_preload(['tests.smart_replay.manager.journal_worker',
+                                  'smart_replay.manager.facade'])
 
 
 def _new_buffer(buffer_dir):

@@ -24,7 +24,10 @@ from tests.smart_replay.storage import durability_worker as worker
 
 ROUNDS = 20
 FORKSERVER = multiprocessing.get_context('forkserver')
-FORKSERVER.set_forkserver_preload(['tests.smart_replay.storage.durability_worker'])
+# The manager's modules load lazily (`smart_replay.__getattr__`): preloaded,
+# each child skips importing (and, under Bazel, compiling) them again.
+FORKSERVER.set_forkserver_preload(['tests.smart_replay.storage.durability_worker',
+                                  'smart_replay.manager.facade'])
 # A step reached in a commit from which recovery keeps the new checkpoint.
 KEPT_FROM = checkpoint_store.COMMIT_STEPS.index('manifest_written')
 
