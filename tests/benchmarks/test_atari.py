@@ -127,9 +127,13 @@ def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
   assert sides['ours']['items'] == sides['ours_noframes']['items'] == windows
   assert windows / 63 <= sides['ours_blocks']['items'] < windows / 20
   assert set(results['ratios']) == {'ours', 'ours_blocks', 'ours_noframes'}
-  for ratios in results['ratios'].values():
+  for name, ratios in results['ratios'].items():
     assert set(ratios) == set(atari_report.MEASURES)
-    assert all(r['value'] > 0 for r in ratios.values())
+    for measure, ratio in ratios.items():
+      # 300 steps of a compact side may not grow its RSS by a page: the
+      # memory slope of a tiny run can be 0 (it is only reported).
+      least = 0 if measure == 'memory' else 1e-12
+      assert ratio['value'] >= least, (name, measure, ratio)
   saved = json.loads((tmp_path / 'atari_benchmark.json').read_text())
   assert set(saved['sides']) == set(sides)
   png = (tmp_path / 'atari_benchmark.png').read_bytes()
