@@ -11,6 +11,10 @@ under a new writer id. `Journals` is the manager's part that:
   journal; once the checkpoint is committed (`committed`), deletes what it
   covers: the segments before each live writer's context, and the whole
   journal of a writer that is closed or was replayed;
+* keeps each journal about the buffer's capacity long: once a live
+  journal holds `capacity` steps that no checkpoint covers, it sets
+  `over_bound`, on which the manager takes an automatic checkpoint (kept
+  apart by retention: it never displaces one the user took);
 * at `clear()` (`cleared`), records it in each live journal and deletes
   the others, whose steps the tables held;
 * at a load of the buffer's own folder (`to_replay`), lists the journals to
@@ -25,6 +29,7 @@ under a new writer id. `Journals` is the manager's part that:
 
 import dataclasses
 import os
+import threading
 import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -69,18 +74,31 @@ class Journals:
     checkpoint_dir: the buffer's folder; None (a client): no journals.
     sync: `WriteOptions.journal`: 'always', 'every_second', 'off', or False
       for no journals.
+    bound_steps: the steps a journal holds above the last checkpoint before
+      `over_bound` is set (the buffer's capacity); None for no bound.
+
+  Attributes:
+    over_bound: set once a live journal holds `bound_steps` steps no
+      checkpoint covers; the manager checkpoints and clears it.
   """
 
-  def __init__(self, checkpoint_dir: Optional[str], sync: Any):
+  def __init__(self, checkpoint_dir: Optional[str], sync: Any, *,
+               bound_steps: Optional[int] = None):
     self.folder = (os.path.join(checkpoint_dir, checkpoint_folders.JOURNAL_DIR)
                    if checkpoint_dir and sync else None)
     self._sync = sync
+    self._bound_steps = bound_steps
+    self.over_bound = threading.Event()
+    # The records each live writer's bound allows: {id: records}.
+    self._bounds: Dict[str, int] = {}
     # Writers replayed at the load: {id: last record}, until a checkpoint
     # covers them.
     self._replayed: Dict[str, int] = {}
     # The last committed checkpoint's marks; what the load replayed.
     self._marks: Dict[str, Dict[str, int]] = {}
     self._replay_counts = {'writers': 0, 'records': 0, 'items': 0}
+    # Checkpoints the manager took on its own to bound the journals.
+    self.automatic_checkpoints = 0
 
   @property
   def enabled(self) -> bool:
@@ -94,10 +112,15 @@ class Journals:
     journals are off."""
     if not self.enabled:
       return None
-    return journal_lib.JournalWriter(
+    writer = journal_lib.JournalWriter(
         self.folder, writer_id=uuid.uuid4().hex[:16], sync=self._sync,
         meta=journaling.journal_meta(layout, data_spec, num_envs=num_envs,
                                      tables=tables))
+    if self._bound_steps:  # A record holds one step per environment.
+      bound = max(1, self._bound_steps // (num_envs or 1))
+      self._bounds[writer.writer_id] = bound
+      writer.set_alarm(writer.next_seq + bound, self.over_bound)
+    return writer
 
   def marks(self, observers: Sequence[observer_lib.TrajectoryObserver]
             ) -> Optional[Dict[str, Dict[str, int]]]:
@@ -138,9 +161,27 @@ class Journals:
     for wid, mark in marks.items():
       if wid in live:
         live[wid].drop_before(mark['keep_from'])
+        if wid in self._bounds:
+          live[wid].set_alarm(mark['mark'] + 1 + self._bounds[wid],
+                              self.over_bound)
       else:
         segments_lib.remove_writer(self.folder, wid)
         self._replayed.pop(wid, None)
+
+  def over(self, observers: Sequence[observer_lib.TrajectoryObserver]
+           ) -> bool:
+    """Whether a live journal holds more steps than its bound above the
+    last committed checkpoint (`over_bound` may have been set by a journal
+    a checkpoint since covered)."""
+    for obs in observers:
+      journal = obs.journal
+      if journal is None or journal.closed:
+        continue
+      bound = self._bounds.get(journal.writer_id)
+      mark = self._marks.get(journal.writer_id, {}).get('mark', 0)
+      if bound is not None and journal.next_seq - 1 - mark > bound:
+        return True
+    return False
 
   def to_replay(self, manifest: Optional[Dict[str, Any]]) -> List[ToReplay]:
     """The journals to run again above a loaded checkpoint's marks.
@@ -224,8 +265,9 @@ class Journals:
       `{'sync': the policy, 'writers': live journals, 'bytes': on disk,
       'records_since_checkpoint': records after the last committed
       checkpoint's marks, 'last_sync_unix': the newest sync (None before
-      one), 'failures': failed writes or syncs, 'replayed': {'writers',
-      'records', 'items'} at the load}`.
+      one), 'failures': failed writes or syncs, 'automatic_checkpoints':
+      those the journals' bound took, 'replayed': {'writers', 'records',
+      'items'} at the load}`.
     """
     if not self.enabled:
       return None
@@ -247,4 +289,5 @@ class Journals:
             'bytes': on_disk, 'records_since_checkpoint': waiting,
             'last_sync_unix': max(syncs) if syncs else None,
             'failures': sum(f['failures'] for f in found),
+            'automatic_checkpoints': self.automatic_checkpoints,
             'replayed': dict(self._replay_counts)}

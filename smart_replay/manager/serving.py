@@ -6,6 +6,7 @@ backend started (`backends.base.Started`) into the running buffer (replay
 buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
+import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
@@ -21,10 +22,13 @@ from smart_replay.manager import replay_buffer as replay_buffer_lib
 from smart_replay.manager import state as state_lib
 from smart_replay.manager import watch
 from smart_replay.server import checkpointer as checkpointer_lib
+from smart_replay.storage import coordinated_records
 from smart_replay.writing import observer as observer_lib
 
 Started = Tuple[replay_buffer_lib.ManagedReplayBuffer,
                 observer_lib.TrajectoryObserver]
+# After an automatic checkpoint failed, the next try waits this long.
+AUTOMATIC_RETRY_S = 60.0
 
 
 class Serving:
@@ -47,7 +51,10 @@ class Serving:
     self._watcher: Optional[watch.Watcher] = None
     local = options.local
     self._journals = journals_lib.Journals(
-        local.checkpoint_dir if local else None, options.writes.journal)
+        local.checkpoint_dir if local else None, options.writes.journal,
+        bound_steps=options.shape.capacity)
+    self._bound_stop = threading.Event()
+    self._bound_thread: Optional[threading.Thread] = None
 
   def start(self, start: Callable[[], backend_lib.Started]) -> Started:
     """Runs a backend's start and builds the running buffer on it; on
@@ -104,6 +111,11 @@ class Serving:
       for item in todo:
         self._replay(item)
     self.make_observer(num_envs=options.writes.num_envs)
+    if self._journals.enabled:
+      self._bound_stop.clear()
+      self._bound_thread = threading.Thread(
+          target=self._bound_journals, daemon=True, name='journal-bound')
+      self._bound_thread.start()
     local = options.local
     running.starter = starter_lib.open_for(
         options.location.starter_dir,
@@ -175,6 +187,49 @@ class Serving:
         "checkpoint's mark %d (%d steps; items %s).",
         item.contents.writer_id, done.after_mark, item.mark,
         done.counted[0], done.items)
+
+  def _bound_journals(self) -> None:
+    """A thread's loop: whenever a journal holds more steps than the
+    buffer's capacity above the last checkpoint, takes an automatic
+    checkpoint (which lets the journals drop what it covers); one that fails
+    is logged and tried again after `AUTOMATIC_RETRY_S`, the journals
+    keeping everything meanwhile."""
+    journals, stop = self._journals, self._bound_stop
+    while not stop.is_set():
+      if not journals.over_bound.wait(1.0) or stop.is_set():
+        continue
+      journals.over_bound.clear()
+      running = self._state.running
+      with self._state.lock:
+        if running is None or not journals.over(running.observers):
+          continue  # A checkpoint covered it meanwhile.
+      try:
+        path = self.checkpoint(
+            extra={coordinated_records.AUTOMATIC_KEY: True})
+      except errors.SmartReplayError as e:
+        if stop.is_set():
+          break
+        logging.error(
+            'The automatic checkpoint that bounds the journals failed (%s); '
+            'the journals keep every step, and it is tried again in %g s.',
+            e, AUTOMATIC_RETRY_S)
+        if not stop.wait(AUTOMATIC_RETRY_S):
+          journals.over_bound.set()
+        continue
+      journals.automatic_checkpoints += 1
+      logging.info(
+          'A journal held more steps than the buffer\'s capacity (%s) above '
+          'the last checkpoint: took the automatic checkpoint %s, kept beside '
+          'yours (it never displaces one you took).',
+          self._options.shape.capacity, path)
+
+  def _stop_bound(self) -> None:
+    """Stops the journals' bound thread (before the lock is taken: it may
+    be checkpointing), waiting for a checkpoint it is taking."""
+    self._bound_stop.set()
+    thread, self._bound_thread = self._bound_thread, None
+    if thread is not None and thread is not threading.current_thread():
+      thread.join(self._options.timeouts.checkpoint_timeout_s * 2 + 10)
 
   def _check_restart(self) -> None:
     """If the observers' server was restarted since the last check, every
@@ -264,6 +319,7 @@ class Serving:
     is dropped."""
     self._state.serving.assign(False)
     self._stop_watch()
+    self._stop_bound()
     running, self._state.running = self._state.running, None
     if running is not None:
       running.batchers.close()  # Their iterators raise from now on.
@@ -291,6 +347,7 @@ class Serving:
       ServerUnavailableError, WriteFailedError: if an observer lost steps.
     """
     self._stop_watch()
+    self._stop_bound()
     with self._state.lock:
       if self._state.closed:
         return

@@ -49,6 +49,11 @@ RECORDS_DIR = 'coordinated'
 EXTRA_KEY = 'coordinated_checkpoint'
 # The key marking a checkpoint a client asked for over the network.
 REQUESTED_KEY = 'requested_by_client'
+# The key marking a checkpoint the manager took on its own, to bound its
+# journals (the newest one is kept besides `keep_checkpoints` of each group).
+AUTOMATIC_KEY = 'automatic_checkpoint'
+AUTOMATIC_GROUP = 'automatic'
+KEEP_AUTOMATIC = 1
 # Records kept on each shard (the newest by the server's write time).
 KEEP_RECORDS = 20
 # A record's JSON size, its shards, and how far an id may be ahead of the
@@ -209,14 +214,18 @@ def retention_group(manifest: Dict[str, Any],
   Returns:
     'coordinated' (tagged with a committed coordinated id),
     `UNCOMMITTED_GROUP` (tagged with an id no record names), 'requested' (a
-    client asked for it over the network, `REQUESTED_KEY`), or 'own' (the
-    buffer's own: scheduled, final, local calls).
+    client asked for it over the network, `REQUESTED_KEY`),
+    `AUTOMATIC_GROUP` (the manager took it to bound its journals,
+    `AUTOMATIC_KEY`), or 'own' (the buffer's own: scheduled, final, local
+    calls).
   """
   extra = manifest.get('extra') or {}
   if extra.get(EXTRA_KEY):
     if committed is not None and extra[EXTRA_KEY] not in committed:
       return UNCOMMITTED_GROUP
     return 'coordinated'
+  if extra.get(AUTOMATIC_KEY):
+    return AUTOMATIC_GROUP
   return 'requested' if extra.get(REQUESTED_KEY) else 'own'
 
 

@@ -121,6 +121,10 @@ class JournalWriter:
     self._synced_seq = first_seq - 1
     self.last_sync_unix: Optional[float] = None
     self.failures = 0
+    # `set_alarm`: the event set once a record numbered `_alarm_at` or more
+    # is appended.
+    self._alarm_at = float('inf')
+    self._alarm: Optional[threading.Event] = None
     with self._io:
       self._open_segment(first_seq)
     self._stop = threading.Event()
@@ -167,7 +171,22 @@ class JournalWriter:
       pending += journal_records.header(seq, kind, payload)
       pending += payload
       self._next_seq = seq + 1
-      return seq
+    if seq >= self._alarm_at:
+      self._alarm.set()
+    return seq
+
+  def set_alarm(self, seq: int, event: threading.Event) -> None:
+    """Sets `event` once a record numbered `seq` or more is appended (at
+    once if one was); replaces the previous alarm.
+
+    Args:
+      seq: the sequence number.
+      event: what to set.
+    """
+    with self._lock:
+      self._alarm_at, self._alarm = seq, event
+      if self._next_seq > seq:
+        event.set()
 
   def check(self) -> None:
     """Raises if the journal cannot take records: an earlier write failed

@@ -334,7 +334,8 @@ class CheckpointStore:
     ones, and those clients asked for over the network, so that a flood of
     client requests never prunes a checkpoint the server made. Coordinated
     checkpoints no record names keep only the newest (a save in progress),
-    so uncommitted saves never prune a committed one.
+    so uncommitted saves never prune a committed one; the manager's
+    automatic ones (journal bound) keep only the newest, beside the others.
 
     A checkpoint that does not verify is never counted as kept: it is set
     aside to `orphaned/` (bounded, see `durable.set_aside`), so retention
@@ -353,8 +354,10 @@ class CheckpointStore:
         continue
       group = coordinated_records.retention_group(
           checkpoint_folders.read_manifest(path), committed)
-      limit = (coordinated_records.KEEP_UNCOMMITTED if
-               group == coordinated_records.UNCOMMITTED_GROUP else self.keep)
+      limit = {coordinated_records.UNCOMMITTED_GROUP:
+                   coordinated_records.KEEP_UNCOMMITTED,
+               coordinated_records.AUTOMATIC_GROUP:
+                   coordinated_records.KEEP_AUTOMATIC}.get(group, self.keep)
       if kept.get(group, 0) < limit:
         kept[group] = kept.get(group, 0) + 1
       else:

@@ -156,3 +156,47 @@ def test_the_default_journal_keeps_what_was_written_a_second_before_a_kill(
       stored)
   started = written[-1][0] + 1  # The round being written at the kill.
   assert set(stored) <= set(rounds.expected_first_steps(range(started + 1)))
+
+
+def _wait_until(condition, timeout_s, what):
+  """Waits (polling) until `condition()`; fails naming `what` after
+  `timeout_s`."""
+  deadline = time.monotonic() + timeout_s
+  while not condition():
+    if time.monotonic() > deadline:
+      raise AssertionError(f'{what} did not happen within {timeout_s} s')
+    time.sleep(0.05)
+
+
+def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
+    tmp_path):
+  """Past the capacity above the last checkpoint, the manager checkpoints on
+  its own (kept beside the user's, which survives retention); the journal
+  stays about the capacity long, and a load holds what the buffer held."""
+  buffer_dir = str(tmp_path / 'buffer')
+  capacity = 40  # Items; a round of 10 steps makes 8.
+  manager = rounds.make_manager(buffer_dir, capacity=capacity,
+                                journal='off', keep_checkpoints=1)
+  _, observer = manager.create_replay_buffer()
+  rounds.write_round(observer, 0)
+  mine = manager.checkpoint(extra={'train_step': 0})
+  sizes = []
+  for r in range(1, 40):
+    rounds.write_round(observer, r)
+    _wait_until(lambda: manager.stats()['journal'][
+        'records_since_checkpoint'] <= capacity, 30, 'an automatic checkpoint')
+    sizes.append(manager.stats()['journal']['bytes'])
+  _wait_until(lambda: manager.stats()['journal']['automatic_checkpoints'] >= 5,
+              60, 'five automatic checkpoints')
+  assert mine in manager.existing_checkpoints()  # Never displaced.
+  assert len(manager.existing_checkpoints()) == 2  # Mine, the newest automatic.
+  assert max(sizes[10:]) < 3 * max(sizes[:6])  # Bounded, not growing.
+  held = rounds.stored_first_steps(manager)
+  assert len(held) == capacity
+  manager.close()
+  manager = rounds.make_manager(buffer_dir, capacity=capacity,
+                                journal='off', keep_checkpoints=1)
+  manager.load_replay_buffer()
+  assert 'automatic_checkpoint' in manager.loaded_manifest['extra']
+  assert rounds.stored_first_steps(manager) == held
+  manager.close()
