@@ -20,6 +20,7 @@ from tf_agents.train import interval_trigger
 
 from smart_replay import errors
 from smart_replay.manager import facade as manager_lib
+from smart_replay.storage import coordinated_records
 from smart_replay.storage import durable
 from smart_replay.storage import checkpoint_folders as checkpoints_lib
 from smart_replay.storage import manifest as manifest_lib
@@ -73,7 +74,10 @@ def buffer_checkpoints(buffer_dir: str) -> Dict[int, str]:
                                               manifest_lib.MANIFEST_NAME))
     except (OSError, ValueError):
       continue
-    step = stored.get('extra', {}).get('train_step')
+    extra = stored.get('extra') or {}
+    if extra.get(coordinated_records.AUTOMATIC_KEY):
+      continue  # It carries the step of the checkpoint before it.
+    step = extra.get('train_step')
     if isinstance(step, int):
       found[step] = folder
   return found

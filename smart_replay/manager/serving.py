@@ -55,6 +55,9 @@ class Serving:
         bound_steps=options.shape.capacity)
     self._bound_stop = threading.Event()
     self._bound_thread: Optional[threading.Thread] = None
+    # The `extra` of the last checkpoint the user took (or loaded), which
+    # automatic checkpoints carry forward.
+    self._user_extra: Dict[str, Any] = {}
 
   def start(self, start: Callable[[], backend_lib.Started]) -> Started:
     """Runs a backend's start and builds the running buffer on it; on
@@ -77,6 +80,10 @@ class Serving:
       raise
     if started.loaded is not None:
       self._state.resumed(started.loaded)
+      self._user_extra = {
+          k: v for k, v in (started.loaded['manifest'].get('extra') or
+                            {}).items()
+          if k != coordinated_records.AUTOMATIC_KEY}
     running = self._state.running
     return running.replay_buffer, running.observers[0]
 
@@ -204,8 +211,8 @@ class Serving:
         if running is None or not journals.over(running.observers):
           continue  # A checkpoint covered it meanwhile.
       try:
-        path = self.checkpoint(
-            extra={coordinated_records.AUTOMATIC_KEY: True})
+        path = self.checkpoint(extra={
+            **self._user_extra, coordinated_records.AUTOMATIC_KEY: True})
       except errors.SmartReplayError as e:
         if stop.is_set():
           break
@@ -312,6 +319,8 @@ class Serving:
           extra=extra, counts=counts,
           starter=running.starter.reference() if running.starter else None)
       self._journals.committed(running.observers, marks)
+      if not (extra or {}).get(coordinated_records.AUTOMATIC_KEY):
+        self._user_extra = dict(extra or {})
       return path
 
   def _stop(self) -> None:

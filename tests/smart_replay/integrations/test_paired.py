@@ -96,6 +96,22 @@ def test_buffer_ahead_of_agent_resumes_from_the_pair_and_says_so(setup,
   assert len(os.listdir(tmp_path / 'buffer' / 'orphaned')) == 1
 
 
+def test_an_automatic_checkpoint_is_never_a_pair(setup):
+  """An automatic checkpoint (the journals' bound) carries the step of the
+  checkpoint before it, but holds more: it pairs with no agent checkpoint."""
+  env, agent, train_step, manager, tmp_path = setup
+  paired = paired_checkpoint.PairedCheckpointer(
+      manager, agent_dir=str(tmp_path / 'agent'), train_step=train_step,
+      interval=10, agent=agent)
+  _collect(manager, env, 30)
+  train_step.assign(100)
+  pair = paired.save()
+  _collect(manager, env, 30)
+  manager.checkpoint(extra={'train_step': 100, 'automatic_checkpoint': True})
+  assert paired_checkpoint.buffer_checkpoints(str(tmp_path / 'buffer')) == {
+      100: pair.buffer_checkpoint}
+
+
 def test_no_common_step_is_an_error_listing_both_sides(setup):
   _, _, _, manager, tmp_path = setup
   manager.checkpoint(extra={'train_step': 7})

@@ -197,6 +197,7 @@ def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
   manager = rounds.make_manager(buffer_dir, capacity=capacity,
                                 journal='off', keep_checkpoints=1)
   manager.load_replay_buffer()
-  assert 'automatic_checkpoint' in manager.loaded_manifest['extra']
+  assert manager.loaded_manifest['extra'] == {  # Mine, carried forward.
+      'train_step': 0, 'automatic_checkpoint': True}
   assert rounds.stored_first_steps(manager) == held
   manager.close()
