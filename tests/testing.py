@@ -9,6 +9,7 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tree
 from tf_agents.environments import random_py_environment
 from tf_agents.policies import random_py_policy
@@ -16,6 +17,7 @@ from tf_agents.specs import array_spec
 from tf_agents.specs import tensor_spec
 from tf_agents.train import actor
 from tf_agents.train.utils import train_utils
+from tf_agents.trajectories import trajectory as trajectory_lib
 
 
 # The repository root (configs/, scripts/, setup.py).
@@ -214,3 +216,47 @@ def read_all_items(manager, table_name, batch_size=16, timeout_s=2.0):
       items.append(item_fingerprint(tree.map_structure(
           lambda t: t[b, :length], batch)))  # pylint: disable=cell-var-from-loop
       infos.append((int(keys[b, 0]), mask[b]))
+
+
+def frame_spec(shape):
+  """A trajectory spec whose observation is a uint8 frame stack of `shape`."""
+  return trajectory_lib.Trajectory(
+      step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      observation=tensor_spec.BoundedTensorSpec(shape, tf.uint8, 0, 255,
+                                                'observation'),
+      action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5, 'action'),
+      policy_info=(),
+      next_step_type=tf.TensorSpec([], tf.int32, 'step_type'),
+      reward=tf.TensorSpec([], tf.float32, 'reward'),
+      discount=tensor_spec.BoundedTensorSpec([], tf.float32, 0.0, 1.0,
+                                             'discount'))
+
+
+def frame_step(step_type, observation, action, next_step_type, reward=0.0,
+               discount=1.0):
+  """One step of `frame_spec`."""
+  return trajectory_lib.Trajectory(
+      step_type=np.int32(step_type), observation=observation,
+      action=np.int64(action), policy_info=(),
+      next_step_type=np.int32(next_step_type), reward=np.float32(reward),
+      discount=np.float32(discount))
+
+
+def frame_stream(steps, *, depth=3, seed=0):
+  """Steps of `frame_spec([depth, 6, 5])`: stacked 6x5 frames on the first
+  axis, episodes of 2-14 steps; a few stacks that do not continue the
+  previous one (stored whole)."""
+  rng = np.random.default_rng(seed)
+  made, current, stack = [], 0, None
+  while len(made) < steps:
+    if current == 0 or rng.random() < 0.05:  # A reset, or a jump.
+      stack = rng.integers(0, 255, (depth, 6, 5), np.uint8)
+    else:
+      stack = np.concatenate([stack[1:], rng.integers(0, 255, (1, 6, 5),
+                                                      np.uint8)])
+    following = 2 if current and rng.random() < 0.15 else 1
+    if current == 2:
+      following = 0
+    made.append(frame_step(current, stack.copy(), rng.integers(6), following))
+    current = following
+  return made

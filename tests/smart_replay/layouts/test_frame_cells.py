@@ -16,8 +16,6 @@ import reverb
 import tensorflow as tf
 import tree
 from tf_agents.replay_buffers import reverb_utils
-from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import trajectory as trajectory_lib
 
 import smart_replay
 from smart_replay import FrameStack, ReplayBufferManager, TableConfig
@@ -31,26 +29,8 @@ from tests import testing
 from tests.smart_replay.remote import remote_workers
 
 
-def _spec(shape):
-  return trajectory_lib.Trajectory(
-      step_type=tf.TensorSpec([], tf.int32, 'step_type'),
-      observation=tensor_spec.BoundedTensorSpec(shape, tf.uint8, 0, 255,
-                                                'observation'),
-      action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5, 'action'),
-      policy_info=(),
-      next_step_type=tf.TensorSpec([], tf.int32, 'step_type'),
-      reward=tf.TensorSpec([], tf.float32, 'reward'),
-      discount=tensor_spec.BoundedTensorSpec([], tf.float32, 0.0, 1.0,
-                                             'discount'))
-
-
-def _step(step_type, observation, action, next_step_type, reward=0.0,
-          discount=1.0):
-  return trajectory_lib.Trajectory(
-      step_type=np.int32(step_type), observation=observation,
-      action=np.int64(action), policy_info=(),
-      next_step_type=np.int32(next_step_type), reward=np.float32(reward),
-      discount=np.float32(discount))
+_spec = testing.frame_spec
+_step = testing.frame_step
 
 
 def _pong(steps, *, axis, padding, episode_steps=90, seed=0):
@@ -137,23 +117,7 @@ def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding,
     manager.close()
 
 
-def _synthetic(steps, *, depth=3, seed=0):
-  """Stacked 6x5 frames on the first axis, episodes of 2-14 steps; a few
-  stacks that do not continue the previous one (stored whole)."""
-  rng = np.random.default_rng(seed)
-  made, current, stack = [], 0, None
-  while len(made) < steps:
-    if current == 0 or rng.random() < 0.05:  # A reset, or a jump.
-      stack = rng.integers(0, 255, (depth, 6, 5), np.uint8)
-    else:
-      stack = np.concatenate([stack[1:], rng.integers(0, 255, (1, 6, 5),
-                                                      np.uint8)])
-    following = 2 if current and rng.random() < 0.15 else 1
-    if current == 2:
-      following = 0
-    made.append(_step(current, stack.copy(), rng.integers(6), following))
-    current = following
-  return made
+_synthetic = testing.frame_stream
 
 
 def _expected_windows(stream, length=3):

@@ -52,23 +52,35 @@ def _items(checkpoint):
   return dict(found)
 
 
-@pytest.mark.parametrize('layout, num_envs', [('packed', None),
-                                              ('columns', None),
-                                              ('packed', 2)])
+def _write_frames(observer, steps, seed):
+  """Frame-stacked steps (each stack shares all but one frame with the
+  one before, as an Atari wrapper's)."""
+  for step in testing.frame_stream(steps, seed=seed):
+    observer(step)
+
+
+@pytest.mark.parametrize('layout, num_envs, frames', [
+    ('packed', None, False), ('columns', None, False), ('packed', 2, False),
+    ('packed', None, True)])
 def test_a_replayed_journal_makes_the_items_the_observer_made(
-    tmp_path, layout, num_envs):
-  spec = testing.collect_data_spec(testing.make_env())
+    tmp_path, layout, num_envs, frames):
   live_dir, crashed_dir = str(tmp_path / 'live'), str(tmp_path / 'crashed')
   tables = [t for t in _TABLES  # Packed items need packed steps.
             if layout == 'packed' or t.block_length is None]
-  kwargs = dict(data_spec=spec, capacity=10_000, sequence_length=3,
-                table_configs=tables, layout=layout, num_envs=num_envs,
-                journal='always')
+  kwargs = dict(capacity=10_000, sequence_length=3, table_configs=tables,
+                layout=layout, num_envs=num_envs, journal='always')
+  if frames:  # Stacks stored once, in zstd cells.
+    kwargs.update(data_spec=testing.frame_spec([3, 6, 5]),
+                  frame_stack=smart_replay.FrameStack('observation', 0))
+    write = lambda observer, steps, seed: _write_frames(observer, steps, seed)
+  else:
+    kwargs.update(data_spec=testing.collect_data_spec(testing.make_env()))
+    write = lambda observer, steps, seed: _run(observer, steps, seed, num_envs)
   live = smart_replay.ReplayBufferManager(checkpoint_dir=live_dir, **kwargs)
   _, observer = live.create_replay_buffer()
-  _run(observer, 60, 1, num_envs)
+  write(observer, 60, 1)
   live.checkpoint()
-  _run(observer, 70, 2, num_envs)  # Mid-episode at the end.
+  write(observer, 70, 2)  # Mid-episode at the end.
   observer.flush()
   shutil.copytree(live_dir, crashed_dir)  # What a kill -9 now leaves.
   expected = _items(live.checkpoint())
