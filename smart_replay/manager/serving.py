@@ -213,13 +213,13 @@ class Serving:
       try:
         path = self.checkpoint(extra={
             **self._user_extra, coordinated_records.AUTOMATIC_KEY: True})
-      except errors.SmartReplayError as e:
+      except Exception as e:  # pylint: disable=broad-except
         if stop.is_set():
           break
         logging.error(
-            'The automatic checkpoint that bounds the journals failed (%s); '
-            'the journals keep every step, and it is tried again in %g s.',
-            e, AUTOMATIC_RETRY_S)
+            'The automatic checkpoint that bounds the journals failed (%s: '
+            '%s); the journals keep every step, and it is tried again in '
+            '%g s.', type(e).__name__, e, AUTOMATIC_RETRY_S)
         if not stop.wait(AUTOMATIC_RETRY_S):
           journals.over_bound.set()
         continue
