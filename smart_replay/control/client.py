@@ -151,6 +151,11 @@ class ControlClient:
         details += ' ' + (probe.details() or '')  # pylint: disable=no-member
     tls = self._credentials.channel_credentials is not None
     where = f'the smart_replay control service at {self.address}'
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and (
+        'Concurrent RPC limit' in details):  # Refused unread: retried.
+      return errors.ServerBusyError(
+          f'{where} was serving its most calls at once and did not start '
+          f'{method!r}. Try again later.')
     if code == grpc.StatusCode.UNAUTHENTICATED:
       return errors.AuthenticationError(
           f'{where} refused {method!r}: it needs a token of its server (a '
