@@ -8,7 +8,7 @@ ours with `frame_stack=False`. The stream is real: `atari_frames` plays the
 game (Pong by default) once per run, before anything is measured, and caches
 it in the output folder.
 
-Each side runs in its own process (`side_processes`), one after the other, so its
+Each side runs in its own spawned process, one after the other, so its
 memory is its own and no side competes with another for the CPUs. Measured
 per side: server memory per step (the slope of the process's RSS over the
 second half of the writing), insert steps/s, sampled windows/s (batch 32,
@@ -21,6 +21,7 @@ chart.
 import dataclasses
 import importlib.metadata
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -34,7 +35,6 @@ from smart_replay_benchmarks import atari_frames
 from smart_replay_benchmarks import atari_report
 from smart_replay_benchmarks import atari_sides
 from smart_replay_benchmarks import extras
-from smart_replay_benchmarks import side_processes
 
 DEFAULT_SIDES = atari_sides.SIDES
 _SIDE_TIMEOUT_S = 3600.0
@@ -94,7 +94,7 @@ class AtariWorkload:
 
 def _side_main(connection, side, frames_folder, steps, marks, sample_seconds,
                work, verbosity) -> None:
-  """Measures one side (in its own process) and sends its result, or the
+  """Measures one side (in a spawned process) and sends its result, or the
   error's traceback."""
   logging.set_verbosity(verbosity)
   try:
@@ -107,7 +107,7 @@ def _side_main(connection, side, frames_folder, steps, marks, sample_seconds,
 
 def measure_side(side: str, workload: AtariWorkload, frames_folder: str,
                  work: str) -> Dict[str, Any]:
-  """Runs `atari_sides.measure` for `side` in a process of its own.
+  """Runs `atari_sides.measure` for `side` in a fresh spawned process.
 
   Args:
     side: the side.
@@ -125,7 +125,7 @@ def measure_side(side: str, workload: AtariWorkload, frames_folder: str,
   """
   shutil.rmtree(work, ignore_errors=True)
   os.makedirs(work)
-  context = side_processes.context()
+  context = multiprocessing.get_context('spawn')
   connection, child = context.Pipe(duplex=False)
   process = context.Process(
       target=_side_main, args=(child, side, frames_folder, workload.steps,

@@ -127,13 +127,9 @@ def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
   assert sides['ours']['items'] == sides['ours_noframes']['items'] == windows
   assert windows / 63 <= sides['ours_blocks']['items'] < windows / 20
   assert set(results['ratios']) == {'ours', 'ours_blocks', 'ours_noframes'}
-  for name, ratios in results['ratios'].items():
+  for ratios in results['ratios'].values():
     assert set(ratios) == set(atari_report.MEASURES)
-    for measure, ratio in ratios.items():
-      # 300 steps of a compact side may not grow its RSS by a page: the
-      # memory slope of a tiny run can be 0 (it is only reported).
-      least = 0 if measure == 'memory' else 1e-12
-      assert ratio['value'] >= least, (name, measure, ratio)
+    assert all(r['value'] > 0 for r in ratios.values())
   saved = json.loads((tmp_path / 'atari_benchmark.json').read_text())
   assert set(saved['sides']) == set(sides)
   png = (tmp_path / 'atari_benchmark.png').read_bytes()
