@@ -1,7 +1,9 @@
 """Every Python block of the README and of docs/ runs, as written.
 
-The blocks of one document run in order in one fresh Python process (as
-cells of a notebook: a later block may use an earlier one's names), in an
+The blocks of one document run in order in one Python process of their own
+(as cells of a notebook: a later block may use an earlier one's names),
+forked from a server that imported TensorFlow, TF-Agents and smart_replay
+once (as `python script.py` would, without paying the imports again), in an
 empty working directory with the repository's `configs/` beside it (as in a
 checkout). What a block takes as given (an agent, its environment, a starter
 buffer the text's own command wrote) is made real by `tests/docs_prelude.py`
@@ -18,8 +20,10 @@ running anything.
 import ast
 import glob
 import io
+import multiprocessing
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
@@ -49,6 +53,13 @@ PUBLIC = frozenset(smart_replay.__all__)
 # the demos and examples.
 DEMO_ENVIRONMENTS = 'smart_replay.apps.envs'
 NAMED = re.compile(r'\bsmart_replay(?:\.\w+)+')
+# The documents' processes fork from a server that loaded these once (it
+# makes no server, client or thread of theirs).
+DOCUMENT_PROCESSES = multiprocessing.get_context('forkserver')
+DOCUMENT_PROCESSES.set_forkserver_preload([
+    'tests.test_docs', 'smart_replay.manager.facade',
+    'tf_agents.agents.dqn.dqn_agent', 'tf_agents.train.learner'])
+_DOCUMENT_TIMEOUT_S = 900
 
 
 def python_blocks(document: str) -> List[Tuple[int, str]]:
@@ -180,11 +191,8 @@ def _start_server(tmp_path) -> Tuple[subprocess.Popen, str]:
   """`smart-replay-serve` for the CartPole agent's spec, on a free port."""
   spec_file = str(tmp_path / 'server' / 'spec.pbtxt')
   os.makedirs(os.path.dirname(spec_file))
-  code = ('import smart_replay; from tests import docs_prelude; '
-          f'smart_replay.save_spec({spec_file!r}, '
-          'docs_prelude._cartpole()["agent"].collect_data_spec)')
-  subprocess.run([sys.executable, '-c', code], check=True, cwd=ROOT,
-                 timeout=300, capture_output=True)
+  smart_replay.save_spec(spec_file,
+                         docs_prelude._cartpole()['agent'].collect_data_spec)  # pylint: disable=protected-access
   port = remote_workers.free_port_pair()
   server = subprocess.Popen(
       [SERVE, f'--spec_file={spec_file}',
@@ -213,17 +221,49 @@ def test_every_python_block_runs(document, tmp_path):
   try:
     script = work / 'run_docs.py'
     script.write_text(_script(document, blocks))
-    result = subprocess.run([sys.executable, str(script)], cwd=work,
-                            capture_output=True, text=True, timeout=900)
+    exitcode, stdout, stderr = _run_document(str(script), str(work))
   finally:
     if server is not None:
       server.send_signal(signal.SIGTERM)
       server.communicate(timeout=120)
-  ran = re.findall(r'^ran (.*)$', result.stdout, re.M)
-  assert result.returncode == 0, (
+  ran = re.findall(r'^ran (.*)$', stdout, re.M)
+  assert exitcode == 0, (
       f'{document}: the block after {ran[-1] if ran else "the start"} '
-      f'failed:\n{result.stderr[-4000:]}')
+      f'failed (exit code {exitcode}):\n{stderr[-4000:]}')
   assert len(ran) == len(blocks)
+
+
+def _run_script(script: str, work: str) -> None:
+  """Runs `script` as `python script` would, in `work`, its output in
+  `stdout` and `stderr` beside `work` (in a document's process)."""
+  os.chdir(work)
+  for fd, name in ((1, 'stdout'), (2, 'stderr')):
+    out = os.open(os.path.join(os.path.dirname(work), name),
+                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(out, fd)
+    os.close(out)
+  sys.stdout = open(1, 'w', buffering=1, closefd=False)
+  sys.stderr = open(2, 'w', buffering=1, closefd=False)
+  sys.argv = [script]
+  runpy.run_path(script, run_name='__main__')
+
+
+def _run_document(script: str, work: str) -> Tuple[int, str, str]:
+  """`(exit code, stdout, stderr)` of `script` run in a document's process;
+  killed (exit code -9) after `_DOCUMENT_TIMEOUT_S`."""
+  process = DOCUMENT_PROCESSES.Process(target=_run_script,
+                                       args=(script, work))
+  process.start()
+  process.join(_DOCUMENT_TIMEOUT_S)
+  if process.exitcode is None:
+    process.kill()
+    process.join(60)
+  written = []
+  for name in ('stdout', 'stderr'):
+    path = os.path.join(os.path.dirname(work), name)
+    with open(path) if os.path.exists(path) else io.StringIO() as f:
+      written.append(f.read())
+  return (process.exitcode, *written)
 
 
 def test_the_documents_have_blocks_and_a_table_of_contents():

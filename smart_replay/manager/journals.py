@@ -12,7 +12,8 @@ under a new writer id. `Journals` is the manager's part that:
   covers: the segments before each live writer's context, and the whole
   journal of a writer that is closed or was replayed;
 * keeps each journal about the buffer's capacity long: once a live
-  journal holds `capacity` steps that no checkpoint covers, it sets
+  journal holds `capacity` steps (at least `MIN_BOUND_STEPS`) that no
+  checkpoint covers, it sets
   `over_bound`, on which the manager takes an automatic checkpoint (kept
   apart by retention: it never displaces one the user took);
 * at `clear()` (`cleared`), records it in each live journal and deletes
@@ -43,6 +44,9 @@ from smart_replay.writing import observer as observer_lib
 
 # The manifest's key, in `counts`, of the writers' marks.
 MARKS_KEY = 'journal'
+# A journal's bound is the buffer's capacity, but at least this many steps
+# (a small buffer is not checkpointed every few steps).
+MIN_BOUND_STEPS = 10_000
 
 
 @dataclasses.dataclass
@@ -75,7 +79,8 @@ class Journals:
     sync: `WriteOptions.journal`: 'always', 'every_second', 'off', or False
       for no journals.
     bound_steps: the steps a journal holds above the last checkpoint before
-      `over_bound` is set (the buffer's capacity); None for no bound.
+      `over_bound` is set (the buffer's capacity; at least
+      `MIN_BOUND_STEPS`); None for no bound.
 
   Attributes:
     over_bound: set once a live journal holds `bound_steps` steps no
@@ -87,7 +92,7 @@ class Journals:
     self.folder = (os.path.join(checkpoint_dir, checkpoint_folders.JOURNAL_DIR)
                    if checkpoint_dir and sync else None)
     self._sync = sync
-    self._bound_steps = bound_steps
+    self._bound_steps = bound_steps and max(bound_steps, MIN_BOUND_STEPS)
     self.over_bound = threading.Event()
     # The records each live writer's bound allows: {id: records}.
     self._bounds: Dict[str, int] = {}

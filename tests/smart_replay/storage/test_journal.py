@@ -133,16 +133,16 @@ def test_records_written_again_after_a_failed_fsync_are_taken_once(
   writer.flush()
   for _ in range(5):
     writer.append(1, _payload(writer.next_seq))
-  real_fsync, failed = os.fsync, []
+  real_sync, failed = journal._sync_data, []  # pylint: disable=protected-access
 
-  def fsync_failing_once(fd):
+  def sync_failing_once(fd):
     if not failed:
       failed.append(fd)
       raise OSError(5, 'Input/output error')
-    real_fsync(fd)
-  monkeypatch.setattr(os, 'fsync', fsync_failing_once)
+    real_sync(fd)
+  monkeypatch.setattr(journal, '_sync_data', sync_failing_once)
   writer.flush()  # 11..15 written, fsync failed, written again elsewhere.
-  monkeypatch.setattr(os, 'fsync', real_fsync)
+  monkeypatch.setattr(journal, '_sync_data', real_sync)
   assert writer.stats()['failures'] == 1
   assert writer.synced_seq == 15
   writer.append(1, _payload(16))
