@@ -26,6 +26,7 @@ journal's `meta`, `describe_columns`), the step types (`int8[streams]`),
 then the ops, `<BHHdI` each (code, stream, table index, priority, length).
 """
 
+import collections
 import dataclasses
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -106,11 +107,11 @@ class RecordedStream(writer_lib.StreamWriter):
     super().__init__(settings)
 
   def append(self, step: List[np.ndarray]) -> bool:
-    self._log.op(APPEND, self._index)
+    self._log.appended(self._index)
     return super().append(step)
 
   def defer(self, table: str, priority: float, length: int) -> None:
-    self._log.op(DEFER, self._index, table, priority, length)
+    self._log.deferred(self._index, table, priority, length)
     super().defer(table, priority, length)
 
   def end_chunk(self) -> None:
@@ -177,7 +178,11 @@ class CallLog:
     self._parts: List[Any] = []
     self._counted = (0, 0, 0)
     # Per stream, the record of each step its writer history holds.
-    self._history = [_SeqHistory(keep_alive) for _ in range(num_streams)]
+    self._history = [collections.deque(maxlen=keep_alive)
+                     for _ in range(num_streams)]
+    # Per stream, its APPEND op (it has no arguments), packed once.
+    self._appends = [_OP.pack(APPEND, stream, 0, 0.0, 0)
+                     for stream in range(num_streams)]
 
   def begin(self, columns: Sequence[np.ndarray], step_types: Any,
             counters: Any) -> None:
@@ -198,7 +203,20 @@ class CallLog:
                           priority, length)
     self._count += 1
     if code == APPEND:
-      self._history[stream].add(self.journal.next_seq)
+      self._history[stream].append(self.journal.next_seq)
+
+  def appended(self, stream: int) -> None:
+    """`op(APPEND, stream)`, the most frequent, without packing it."""
+    self._ops += self._appends[stream]
+    self._count += 1
+    self._history[stream].append(self.journal.next_seq)
+
+  def deferred(self, stream: int, table: str, priority: float,
+               length: int) -> None:
+    """`op(DEFER, stream, table, priority, length)`."""
+    self._ops += _OP.pack(DEFER, stream, self._tables[table], priority,
+                          length)
+    self._count += 1
 
   def forget(self, stream: int) -> None:
     """A stream's writer dropped its history (an episode end that clears
@@ -241,28 +259,7 @@ class CallLog:
 
   def keep_from(self) -> int:
     """The oldest record a later item may reference a step of."""
-    return min([h.oldest() for h in self._history] + [self.journal.next_seq])
-
-
-class _SeqHistory:
-  """The record numbers of the steps a stream's writer history holds (as
-  many as it keeps, `keep_alive`)."""
-
-  def __init__(self, keep_alive: int):
-    self._seqs: List[int] = []
-    self._keep = keep_alive
-
-  def add(self, seq: int) -> None:
-    self._seqs.append(seq)
-    if len(self._seqs) > 2 * self._keep:
-      del self._seqs[:-self._keep]
-
-  def clear(self) -> None:
-    self._seqs.clear()
-
-  def oldest(self) -> int:
-    kept = self._seqs[-self._keep:]
-    return kept[0] if kept else 1 << 62
+    return min([h[0] for h in self._history if h] + [self.journal.next_seq])
 
 
 def decode(payload: bytes, columns: Sequence[Dict[str, Any]]) -> Call:
