@@ -30,6 +30,9 @@ from smart_replay.utils import checks
 # How a write-ahead journal makes what it holds durable (`WriteOptions.
 # journal`, `storage.journal`), like Redis's appendfsync.
 JOURNAL_SYNC = ('always', 'every_second', 'off')
+# `WriteOptions.journal`'s default: 'every_second', but no journal for a
+# buffer of large steps (images, frame stacks: `manager.journals`).
+JOURNAL_AUTO = 'auto'
 
 
 def _positive_or_none(name: str, value: Optional[int]) -> None:
@@ -259,8 +262,10 @@ class WriteOptions:
       'always' (a flush returns once it is on disk), 'every_second' (at
       most the last second is lost) or 'off' (written, never fsynced: a
       process kill loses nothing flushed, a machine crash may); False: no
-      journal (only checkpoints survive a crash). Client-mode buffers have
-      none.
+      journal (only checkpoints survive a crash); 'auto' (the default):
+      'every_second', but none for a buffer whose steps would take more
+      than 4 KiB of journal each (images, frame stacks: said once in the
+      log; ask for it by name to have it). Client-mode buffers have none.
 
   Raises:
     ValueError: naming the first bad field and its value.
@@ -269,14 +274,16 @@ class WriteOptions:
   chunk_length: Optional[int] = None
   non_finite: str = 'error'
   float_bounds: str = 'warn'
-  journal: Union[str, bool] = 'every_second'
+  journal: Union[str, bool] = JOURNAL_AUTO
 
   def __post_init__(self):
     _positive_or_none('num_envs', self.num_envs)
     _positive_or_none('chunk_length', self.chunk_length)
-    if self.journal is not False and self.journal not in JOURNAL_SYNC:
-      raise ValueError(f'journal must be one of {JOURNAL_SYNC}, or False for '
-                       f'none, got {self.journal!r}.')
+    if self.journal is not False and self.journal not in (
+        JOURNAL_SYNC + (JOURNAL_AUTO,)):
+      raise ValueError(f'journal must be one of {JOURNAL_SYNC}, '
+                       f'{JOURNAL_AUTO!r}, or False for none, got '
+                       f'{self.journal!r}.')
     for name in ('non_finite', 'float_bounds'):
       if getattr(self, name) not in step_validation.VALUE_POLICIES:
         raise ValueError(f'{name} must be one of '

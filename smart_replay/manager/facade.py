@@ -92,7 +92,8 @@ class ReplayBufferManager:
     `non_finite` ('error', 'warn' or 'allow' a NaN/Inf), `float_bounds`
     (the same for floats outside their bounded spec; default 'warn') and
     `journal` (an in-process buffer's write-ahead journal: 'always',
-    'every_second' (default), 'off', or False for none; see
+    'every_second', 'off', or False for none; the default 'auto' is
+    'every_second' but none for steps over 4 KiB (images); see
     docs/durability.md).
   * `timeouts=Timeouts(...)`: `sample_timeout_s` 60, `write_timeout_s` 60,
     `connect_timeout_s` 10, `checkpoint_timeout_s` 600,

@@ -35,7 +35,9 @@ import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
+import numpy as np
 
+from smart_replay.config import options as options_lib
 from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import journal as journal_lib
 from smart_replay.storage import journal_segments as segments_lib
@@ -47,6 +49,8 @@ MARKS_KEY = 'journal'
 # A journal's bound is the buffer's capacity, but at least this many steps
 # (a small buffer is not checkpointed every few steps).
 MIN_BOUND_STEPS = 10_000
+# 'auto' journals a buffer whose steps take at most this many bytes of it.
+AUTO_MAX_STEP_BYTES = 4096
 
 
 @dataclasses.dataclass
@@ -104,6 +108,29 @@ class Journals:
     self._replay_counts = {'writers': 0, 'records': 0, 'items': 0}
     # Checkpoints the manager took on its own to bound the journals.
     self.automatic_checkpoints = 0
+
+  def choose(self, layout: Any, data_spec: Any) -> None:
+    """Settles the 'auto' policy once the buffer's layout is known:
+    'every_second', or no journal when a step's record would be larger than
+    `AUTO_MAX_STEP_BYTES` (images, frame stacks: said once). A journal
+    already in the folder is kept (it holds what the checkpoint lacks)."""
+    if self._sync != options_lib.JOURNAL_AUTO:
+      return
+    columns = journaling.journal_meta(layout, data_spec, num_envs=None,
+                                      tables=())['columns']
+    step_bytes = sum(int(np.prod(c['shape'])) * np.dtype(c['dtype']).itemsize
+                     for c in columns)
+    if step_bytes <= AUTO_MAX_STEP_BYTES or (
+        self.folder and segments_lib.segments(self.folder)):
+      self._sync = journal_lib.DEFAULT_SYNC
+      return
+    self._sync, self.folder = False, None
+    logging.info(
+        'No write-ahead journal for this buffer: a step would take %d bytes '
+        'of it (more than %d: images, frame stacks), written as they come and '
+        'a second of them kept in memory; a crash loses what came after the '
+        "last checkpoint. Pass WriteOptions(journal='every_second') to have "
+        'one anyway.', step_bytes, AUTO_MAX_STEP_BYTES)
 
   @property
   def enabled(self) -> bool:

@@ -12,8 +12,11 @@ import random
 import signal
 import time
 
+import numpy as np
 import pytest
+import tree
 
+import smart_replay
 from smart_replay.manager import journals as journals_lib
 from smart_replay.storage import journal_segments
 from smart_replay.writing import journaling
@@ -184,20 +187,23 @@ def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
   rounds.write_round(observer, 0)
   mine = manager.checkpoint(extra={'train_step': 0})
   sizes = []
-  for r in range(1, 2 * bound // 11 + 100):  # 11 records a round.
+  for r in range(1, 3 * bound // 11 + 100):  # 11 records a round.
     rounds.write_round(observer, r)
     if r % 100 == 0:
       _wait_until(lambda: manager.stats()['journal'][
           'records_since_checkpoint'] <= bound, 30, 'an automatic checkpoint')
       sizes.append(manager.stats()['journal']['bytes'])
-  _wait_until(lambda: manager.stats()['journal']['automatic_checkpoints'] >= 2,
-              60, 'two automatic checkpoints')
+  _wait_until(lambda: manager.stats()['journal']['automatic_checkpoints'] >= 3,
+              60, 'three automatic checkpoints')
   assert mine in manager.existing_checkpoints()  # Never displaced.
   assert len(manager.existing_checkpoints()) == 2  # Mine, the newest automatic.
-  # Bounded: never much more than the bound's records on disk (about half
-  # of what was written; the first sample holds 1,100 records).
+  # Bounded: never more than about twice the bound's records on disk (a
+  # segment is dropped once the checkpoint after next no longer needs its
+  # steps as context), of three times the bound written; the first sample
+  # holds 1,100 records.
   per_record = sizes[0] / 1100
-  assert max(sizes) < per_record * (bound + 2000), (sizes, per_record)
+  assert max(sizes) < per_record * (2 * bound + 2500), (sizes, per_record)
+  assert sizes[-1] < sizes[len(sizes) * 2 // 3]  or max(sizes) > sizes[-1]
   held = rounds.stored_first_steps(manager)
   assert len(held) == capacity
   manager.close()
@@ -207,4 +213,39 @@ def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
   assert manager.loaded_manifest['extra'] == {  # Mine, carried forward.
       'train_step': 0, 'automatic_checkpoint': True}
   assert rounds.stored_first_steps(manager) == held
+  manager.close()
+
+
+def test_the_default_journals_small_steps_and_not_frame_stacks(tmp_path):
+  """'auto': 'every_second' for small steps; none for a frame-stacked buffer
+  (each step's whole stack, 28 KB here, uncompressed) unless asked for by
+  name, or unless the folder already holds a journal."""
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  small = rounds.make_manager(str(tmp_path / 'small'), journal='auto')
+  small.create_replay_buffer()
+  assert small.stats()['journal']['sync'] == 'every_second'
+  small.close()
+  frames = testing.frame_spec([4, 42, 42])  # 7 KB a step.
+  stacked = str(tmp_path / 'stacked')
+  manager = smart_replay.ReplayBufferManager(
+      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2)
+  _, observer = manager.create_replay_buffer()
+  assert 'journal' not in manager.stats()
+  manager.close()
+  assert not os.path.exists(os.path.join(stacked, 'journal'))
+  manager = smart_replay.ReplayBufferManager(
+      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2,
+      journal='every_second')
+  _, observer = manager.create_replay_buffer(overwrite=True)
+  manager.checkpoint()
+  for step in testing.frame_stream(5, depth=4):
+    observer(tree.map_structure(
+        lambda x: np.resize(x, (4, 42, 42)) if x.ndim == 3 else x, step))
+  observer.flush()
+  assert manager.stats()['journal']['sync'] == 'every_second'
+  manager.close()
+  manager = smart_replay.ReplayBufferManager(  # 'auto' keeps the journal.
+      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2)
+  manager.load_replay_buffer()
+  assert manager.stats()['journal']['sync'] == 'every_second'
   manager.close()
