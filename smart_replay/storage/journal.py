@@ -180,6 +180,8 @@ class JournalWriter:
       if self._io.acquire(blocking=False):  # Else a write is under way.
         try:
           self._drain(fsync=False)
+        except errors.JournalWriteError:
+          pass  # This record is kept; the next call's `check()` raises.
         finally:
           self._io.release()
     with self._lock:
