@@ -205,15 +205,8 @@ class Journals:
     """Whether a live journal holds more steps than its bound above the
     last committed checkpoint (`over_bound` may have been set by a journal
     a checkpoint since covered)."""
-    for obs in observers:
-      journal = obs.journal
-      if journal is None or journal.closed:
-        continue
-      bound = self._bounds.get(journal.writer_id)
-      mark = self._marks.get(journal.writer_id, {}).get('mark', 0)
-      if bound is not None and journal.next_seq - 1 - mark > bound:
-        return True
-    return False
+    return any(obs.journal is not None and not obs.journal.closed and
+               obs.journal.past_alarm for obs in observers)
 
   def to_replay(self, manifest: Optional[Dict[str, Any]]) -> List[ToReplay]:
     """The journals to run again above a loaded checkpoint's marks.

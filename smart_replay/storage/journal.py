@@ -153,6 +153,9 @@ class JournalWriter:
   synced_seq = property(
       lambda self: self._synced_seq,
       doc="The highest sequence number fsynced ('off': written to the OS).")
+  past_alarm = property(
+      lambda self: self._next_seq > self._alarm_at,
+      doc='Whether a record has reached the `set_alarm` sequence number.')
 
   def append(self, kind: int, payload: bytes) -> int:
     """Appends one record; returns its sequence number.

@@ -111,7 +111,7 @@ class RecordedStream(writer_lib.StreamWriter):
     return super().append(step)
 
   def defer(self, table: str, priority: float, length: int) -> None:
-    self._log.deferred(self._index, table, priority, length)
+    self._log.op(DEFER, self._index, table, priority, length)
     super().defer(table, priority, length)
 
   def end_chunk(self) -> None:
@@ -198,25 +198,18 @@ class CallLog:
 
   def op(self, code: int, stream: int = 0, table: Optional[str] = None,
          priority: float = 0.0, length: int = 0) -> None:
-    """Records one operation of the call in progress."""
+    """Records one operation of the call in progress (an APPEND goes
+    through `appended`)."""
     self._ops += _OP.pack(code, stream, self._tables[table] if table else 0,
                           priority, length)
     self._count += 1
-    if code == APPEND:
-      self._history[stream].append(self.journal.next_seq)
 
   def appended(self, stream: int) -> None:
-    """`op(APPEND, stream)`, the most frequent, without packing it."""
+    """Records an APPEND on `stream`, the most frequent op, from bytes
+    packed once."""
     self._ops += self._appends[stream]
     self._count += 1
     self._history[stream].append(self.journal.next_seq)
-
-  def deferred(self, stream: int, table: str, priority: float,
-               length: int) -> None:
-    """`op(DEFER, stream, table, priority, length)`."""
-    self._ops += _OP.pack(DEFER, stream, self._tables[table], priority,
-                          length)
-    self._count += 1
 
   def forget(self, stream: int) -> None:
     """A stream's writer dropped its history (an episode end that clears

@@ -203,7 +203,7 @@ def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
   # holds 1,100 records.
   per_record = sizes[0] / 1100
   assert max(sizes) < per_record * (2 * bound + 2500), (sizes, per_record)
-  assert sizes[-1] < sizes[len(sizes) * 2 // 3]  or max(sizes) > sizes[-1]
+  assert any(b < a for a, b in zip(sizes, sizes[1:])), sizes  # Dropped.
   held = rounds.stored_first_steps(manager)
   assert len(held) == capacity
   manager.close()
