@@ -193,6 +193,7 @@ class LocalBackend(base.Backend):
           self._asked, layout=packed_steps.stored_name(manifest),
           frame_stack=layouts.stored_frame_stack(manifest))
       self.config.step_layout  # Raises on a layout this version lacks.
+    self.config = self.config.with_writer_ids_of(manifest)
     diffs = self.config.diff(manifest)
     version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
     if version_diffs and self._allow_version_mismatch:
@@ -315,7 +316,8 @@ class LocalBackend(base.Backend):
     config = self.config.to_manifest()
     if starter is not None:
       config = {**config, 'starter': starter}
-    return self._checkpointer.save(config, counts, extra=extra)
+    return self._checkpointer.save(config, counts, extra=extra,
+                                   layout=self.config.step_layout)
 
   def snapshot(self) -> base.Snapshot:
     """A throwaway Reverb save of the tables, read from its files.

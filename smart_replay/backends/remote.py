@@ -149,7 +149,8 @@ class RemoteBackend(base.Backend):
     served = config_lib.BufferConfig.from_manifest(
         stored, data_spec=self._data_spec).constructor_kwargs()
     config = config_lib.BufferConfig.resolve(
-        data_spec=self._data_spec, **{**served, **self._requested})
+        data_spec=self._data_spec, **{**served, **self._requested}
+    ).with_writer_ids_of(stored)
     diffs = config.diff(stored)
     if diffs:
       raise errors.ManifestMismatchError(

@@ -38,6 +38,10 @@ class BufferConfig:
       'columns' (one Reverb column per field); see `packed_steps.Layout`.
     frame_stack: the stacked pixel field stored once per frame (packed
       layout only; see `layouts.frame_cells`), or None.
+    writer_ids: whether each stored step carries its writer's id and
+      sequence number (packed layout only; `packed_steps.StepCodec`). Not a
+      user's choice: new packed buffers have them, a loaded buffer keeps
+      what its checkpoint has.
   """
   data_spec: Any
   capacity: int
@@ -46,14 +50,15 @@ class BufferConfig:
   tables: Tuple[tables_lib.TableConfig, ...]
   layout: str = 'columns'
   frame_stack: Optional[frame_cells.FrameStack] = None
+  writer_ids: bool = False
 
   @classmethod
   def resolve(cls, *, data_spec: Any, capacity: int, sequence_length: int,
               stride_length: int,
               table_configs: Sequence[tables_lib.TableConfig],
               layout: Optional[str] = None,
-              frame_stack: Union[frame_cells.FrameStack, None, bool] = None
-              ) -> 'BufferConfig':
+              frame_stack: Union[frame_cells.FrameStack, None, bool] = None,
+              writer_ids: Optional[bool] = None) -> 'BufferConfig':
     """Fills every table config's open fields with the buffer's values.
 
     Args:
@@ -67,6 +72,8 @@ class BufferConfig:
       frame_stack: a stacked pixel field to store once per frame; None to
         find one (`frame_cells.detect_frame_stack`, unless the layout is
         'columns' or cannot be 'packed'); False for none.
+      writer_ids: whether steps carry writer ids; None: a 'packed' layout
+        has them.
 
     Returns:
       A `BufferConfig` with resolved tables.
@@ -80,15 +87,17 @@ class BufferConfig:
         layout or packed_steps.default_layout(data_spec)) == 'packed':
       frame_stack = frame_cells.detect_frame_stack(data_spec)
     frame_stack = frame_stack or None  # False: none.
+    layout = layout or ('packed' if frame_stack is not None else
+                        packed_steps.default_layout(data_spec))
     config = cls(data_spec=data_spec, capacity=capacity,
                  sequence_length=sequence_length, stride_length=stride_length,
                  tables=tuple(c.resolve(capacity=capacity,
                                         sequence_length=sequence_length,
                                         stride_length=stride_length)
                               for c in table_configs),
-                 layout=layout or ('packed' if frame_stack is not None else
-                                   packed_steps.default_layout(data_spec)),
-                 frame_stack=frame_stack)
+                 layout=layout, frame_stack=frame_stack,
+                 writer_ids=(layout == 'packed' if writer_ids is None else
+                             bool(writer_ids)))
     config.step_layout  # Checks the layout now, before anything starts.
     for table in config.tables:
       if table.block_length is not None and config.layout != 'packed':
@@ -102,7 +111,8 @@ class BufferConfig:
   def step_layout(self) -> packed_steps.Layout:
     """The `packed_steps.Layout` of `layout`: what Reverb stores per step, and
     how samples and checkpoint items decode."""
-    return layouts.make_layout(self.layout, self.data_spec, self.frame_stack)
+    return layouts.make_layout(self.layout, self.data_spec, self.frame_stack,
+                               writer_ids=self.writer_ids)
 
   @classmethod
   def from_manifest(cls, stored: Mapping[str, Any], *,
@@ -127,7 +137,8 @@ class BufferConfig:
         stride_length=stored['stride_length'],
         table_configs=[tables_lib.TableConfig(**t) for t in stored['tables']],
         layout=packed_steps.stored_name(stored),
-        frame_stack=layouts.stored_frame_stack(stored) or False)
+        frame_stack=layouts.stored_frame_stack(stored) or False,
+        writer_ids=stored_writer_ids(stored))
 
   def constructor_kwargs(self) -> Dict[str, Any]:
     """The `ReplayBufferManager` arguments this config decides.
@@ -141,6 +152,21 @@ class BufferConfig:
             'stride_length': self.stride_length,
             'table_configs': list(self.tables), 'layout': self.layout,
             'frame_stack': self.frame_stack or False}
+
+  def with_writer_ids_of(self, stored: Mapping[str, Any]) -> 'BufferConfig':
+    """This config, with writer ids as a stored config has them (a loaded
+    or served buffer keeps its own).
+
+    Args:
+      stored: a manifest or `record.build_config` dict.
+
+    Returns:
+      A `BufferConfig` (this one if nothing changes).
+    """
+    writer_ids = stored_writer_ids(stored) and self.layout == 'packed'
+    if writer_ids == self.writer_ids:
+      return self
+    return dataclasses.replace(self, writer_ids=writer_ids)
 
   @functools.cached_property
   def _manifest(self) -> Dict[str, Any]:
@@ -227,3 +253,16 @@ class BufferConfig:
                        "not 'prioritized': priorities would not change what "
                        'is sampled.')
     return config
+
+
+def stored_writer_ids(stored: Mapping[str, Any]) -> bool:
+  """Whether a stored config's steps carry writer ids.
+
+  Args:
+    stored: a manifest or `record.build_config` dict.
+
+  Returns:
+    True if its layout records `writer_ids` (buffers written before writer
+    ids existed have none).
+  """
+  return 'writer_ids' in packed_steps.stored_layout(stored)

@@ -27,7 +27,8 @@ from smart_replay.spec import specs
 
 
 def make_layout(name: str, data_spec: Any,
-                frame_stack: Optional[frame_cells.FrameStack] = None) -> Any:
+                frame_stack: Optional[frame_cells.FrameStack] = None, *,
+                writer_ids: bool = False) -> Any:
   """The layout of a buffer.
 
   Args:
@@ -35,6 +36,8 @@ def make_layout(name: str, data_spec: Any,
     data_spec: the spec of one step.
     frame_stack: a stacked pixel field to store once per frame (packed
       layout only), or None.
+    writer_ids: whether each stored step carries its writer ids (packed
+      layout only; see `packed_steps.StepCodec`).
 
   Returns:
     A `packed_steps.Layout`, or a `FrameStackedLayout`.
@@ -44,11 +47,12 @@ def make_layout(name: str, data_spec: Any,
       or `frame_stack` is given with another layout than 'packed'.
   """
   if frame_stack is None:
-    return packed_steps.Layout(name, data_spec)
+    return packed_steps.Layout(name, data_spec, ids=writer_ids)
   if name != 'packed':
     raise ValueError(f'frame_stack={frame_stack!r} needs layout=\'packed\', '
                      f'got layout={name!r}.')
-  return frame_stacks.FrameStackedLayout(data_spec, frame_stack)
+  return frame_stacks.FrameStackedLayout(data_spec, frame_stack,
+                                         ids=writer_ids)
 
 
 def stored_frame_stack(stored: Mapping[str, Any]
@@ -80,10 +84,11 @@ def layout_from_manifest(stored: Mapping[str, Any]) -> Any:
       the one this machine would use for the recorded spec (e.g. another
       byte order); names the differing entries.
   """
+  recorded = packed_steps.stored_layout(stored)
   layout = make_layout(packed_steps.stored_name(stored),
                        specs.spec_from_json(stored['data_spec']),
-                       stored_frame_stack(stored))
-  recorded = packed_steps.stored_layout(stored)
+                       stored_frame_stack(stored),
+                       writer_ids='writer_ids' in recorded)
   here = layout.describe()
   if recorded != here:
     differing = sorted(k for k in set(recorded) | set(here)

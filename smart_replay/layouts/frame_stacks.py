@@ -181,6 +181,25 @@ class Rebuilder:
     index = ends[..., None] - field.depth + tf.range(field.depth)
     return tf.gather(rows, cells), self._stacks(frames, index, 0)
 
+  def item_rows(self, blobs: np.ndarray) -> np.ndarray:
+    """The packed rows of a stored item's cells, with numpy (no stacks).
+
+    Args:
+      blobs: the item's blobs, as `unpack_item` takes them.
+
+    Returns:
+      `uint8[cells, row_bytes]`: every cell's row, a block's unused ones
+      (zeros) and an item's lookback cells included.
+
+    Raises:
+      ValueError: if a blob is damaged.
+    """
+    blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
+    return np.concatenate([
+        frame_blobs.decode(b, self._row_bytes, self._field.frame_bytes,
+                           codec=self._codec, block=len(blobs) == 1)[1]
+        for b in blobs])
+
   def unpack_item(self, blobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """A stored item's cells with numpy, for readers.
 
@@ -244,8 +263,10 @@ class FrameStackedLayout:
   name = 'packed'
   num_columns = 1
 
-  def __init__(self, data_spec: Any, frame_stack: frame_cells.FrameStack):
+  def __init__(self, data_spec: Any, frame_stack: frame_cells.FrameStack, *,
+               ids: bool = False):
     self.data_spec = data_spec
+    self.writer_ids = bool(ids)
     self.stacked_field = frame_cells.StackedField(frame_stack, data_spec)
     self.batches_blocks = frame_stack.codec == 'zstd'
     if self.batches_blocks:
@@ -259,7 +280,8 @@ class FrameStackedLayout:
             "FrameStack(..., codec='zlib') the frames in zlib.)") from e
     leaves = tree.flatten(data_spec)
     self._rest = packed_steps.StepCodec(
-        [s for i, s in enumerate(leaves) if i != self.stacked_field.index])
+        [s for i, s in enumerate(leaves) if i != self.stacked_field.index],
+        ids=ids)
     self.row_bytes = self._rest.bytes_per_step
     self.rebuilder = Rebuilder(self.stacked_field, self.row_bytes)
     self.cells = frame_cells.Cells(self.stacked_field, self.row_bytes)
@@ -279,6 +301,31 @@ class FrameStackedLayout:
     index = self.stacked_field.index
     rows = self._rest.pack(flat_step[:index] + flat_step[index + 1:])
     return [rows, self.stacked_field.frames(flat_step[index])]
+
+  def stamp_ids(self, columns: List[np.ndarray], writer_id: int,
+                seq: int) -> None:
+    """Writes the writer ids into a call's `columns()` rows (in place; see
+    `packed_steps.StepCodec.stamp_ids`); nothing without `writer_ids`."""
+    if self.writer_ids:
+      self._rest.stamp_ids(columns[0], writer_id, seq)
+
+  def read_ids(self, stored: Any) -> Tuple[np.ndarray, np.ndarray,
+                                           np.ndarray]:
+    """The writer ids of a stored item's cells, with numpy (a block's
+    unused cells and an item's lookback cells included).
+
+    Args:
+      stored: the item's blobs, as `unpack` takes them.
+
+    Returns:
+      `(writer_id, stream, seq)` of each step.
+
+    Raises:
+      ValueError: without `writer_ids`.
+    """
+    if not self.writer_ids:
+      raise ValueError('this layout stores no writer ids.')
+    return self._rest.read_ids(self.rebuilder.item_rows(stored))
 
   def _with_stack(self, rest: Sequence[Any], stack: Any) -> Any:
     flat = list(rest)

@@ -7,12 +7,19 @@ into one `uint8[bytes_per_step]` row (each field's bytes in `tree.flatten`
 order, native byte order), and decodes a batch of such rows back into the
 spec's dtypes and shapes inside `tf.data` with `tf.bitcast`.
 
+A codec made with `ids=True` ends every row with 16 more bytes, the step's
+writer ids (`WRITER_IDS`: the writer's id, its stream and the sequence number
+of the call that wrote the step), stamped by the observer (`stamp_ids`) and
+read from checkpoints (`read_ids`) to know what each writer's steps a table
+holds; decoding never reads them, so samples are unchanged.
+
 The codec is pure: it needs no server, and the same spec always gives the
 same layout (recorded in a manifest as `describe()`).
 """
 
+import struct
 import sys
-from typing import Any, Dict, List, Mapping, NamedTuple, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -23,6 +30,14 @@ from smart_replay.spec import specs
 
 # The only dtypes whose bytes have one meaning: numbers and booleans.
 _PACKABLE_KINDS = 'biuf'
+
+# The writer ids that end a row of a codec with `ids`: two little-endian
+# uint64, the writer's id and `stream << SEQ_BITS | seq`.
+WRITER_IDS = np.dtype('<u8')
+IDS_BYTES = 2 * WRITER_IDS.itemsize
+SEQ_BITS = 48  # Sequence numbers below 2**48; streams below 2**16.
+MAX_STREAMS = 1 << (64 - SEQ_BITS)
+_IDS = struct.Struct('<QQ')
 
 
 class FieldSlot(NamedTuple):
@@ -48,14 +63,17 @@ class StepCodec:
   Args:
     data_spec: the spec of one step (a nest of `tf.TensorSpec`); every field
       needs a fully known shape and a numeric or boolean dtype.
+    ids: whether rows end with the step's writer ids (`IDS_BYTES`, zero
+      until `stamp_ids`).
 
   Raises:
     ValueError: naming the first field whose shape is not fully known or
       whose dtype (e.g. string) has no fixed byte form.
   """
 
-  def __init__(self, data_spec: Any):
+  def __init__(self, data_spec: Any, *, ids: bool = False):
     self._spec = data_spec
+    self.ids = bool(ids)
     slots, offset = [], 0
     for leaf in specs.flatten_spec(data_spec):
       dtype = np.dtype(tf.as_dtype(leaf.dtype).as_numpy_dtype)
@@ -74,7 +92,9 @@ class StepCodec:
                              nbytes))
       offset += nbytes
     self._slots = slots
-    self._bytes_per_step = offset
+    self._fields_bytes = offset
+    self._bytes_per_step = offset + (IDS_BYTES if ids else 0)
+    self._ids_zeros = np.zeros([IDS_BYTES], np.uint8)
     self._dtypes = tuple(s.dtype for s in slots)
     self._first_rank = len(slots[0].shape) if slots else 0
 
@@ -95,11 +115,15 @@ class StepCodec:
       `{'bytes_per_step', 'byte_order', 'fields': [{'path', 'dtype',
       'shape', 'offset', 'nbytes'}, ...]}`.
     """
-    return {'bytes_per_step': self._bytes_per_step,
-            'byte_order': sys.byteorder,
-            'fields': [{'path': s.path, 'dtype': s.dtype.name,
-                        'shape': list(s.shape), 'offset': s.offset,
-                        'nbytes': s.nbytes} for s in self._slots]}
+    described = {'bytes_per_step': self._bytes_per_step,
+                 'byte_order': sys.byteorder,
+                 'fields': [{'path': s.path, 'dtype': s.dtype.name,
+                             'shape': list(s.shape), 'offset': s.offset,
+                             'nbytes': s.nbytes} for s in self._slots]}
+    if self.ids:
+      described['writer_ids'] = {'offset': self._fields_bytes,
+                                 'nbytes': IDS_BYTES}
+    return described
 
   def pack(self, flat_step: Sequence[np.ndarray]) -> np.ndarray:
     """Packs one step (its fields in `tree.flatten` order) into a byte row.
@@ -125,13 +149,69 @@ class StepCodec:
       self._refuse(flat_step)
     lead = flat_step[0].shape[:flat_step[0].ndim - self._first_rank]
     if lead:
-      row = np.concatenate([np.ascontiguousarray(v).reshape(lead + (-1,))
-                            .view(np.uint8) for v in flat_step], axis=-1)
+      parts = [np.ascontiguousarray(v).reshape(lead + (-1,)).view(np.uint8)
+               for v in flat_step]
+      if self.ids:
+        parts.append(np.zeros(lead + (IDS_BYTES,), np.uint8))
+      row = np.concatenate(parts, axis=-1)
     else:
-      row = np.concatenate([v.reshape(-1).view(np.uint8) for v in flat_step])
+      parts = [v.reshape(-1).view(np.uint8) for v in flat_step]
+      if self.ids:
+        parts.append(self._ids_zeros)
+      row = np.concatenate(parts)
     if row.shape[-1] != self._bytes_per_step:
       self._refuse(flat_step)
     return row
+
+  def stamp_ids(self, rows: np.ndarray, writer_id: int, seq: int) -> None:
+    """Writes the writer ids into packed rows (in place).
+
+    Args:
+      rows: `uint8[bytes_per_step]` (stream 0), or `uint8[streams,
+        bytes_per_step]` (row `i` is stream `i`), from `pack`.
+      writer_id: the writer's id, an unsigned 64-bit integer.
+      seq: the sequence number of the call that wrote them, below
+        `2**SEQ_BITS`.
+
+    Raises:
+      ValueError: if the codec has no ids, or a value is out of range.
+    """
+    if not self.ids:
+      raise ValueError('stamp_ids: this codec was made without ids=True.')
+    if not 0 <= seq < 1 << SEQ_BITS:
+      raise ValueError(f'stamp_ids: seq must be in [0, 2**{SEQ_BITS}), got '
+                       f'{seq}.')
+    if rows.ndim == 1:
+      _IDS.pack_into(rows, self._fields_bytes, writer_id, seq)
+      return
+    if rows.shape[0] > MAX_STREAMS:
+      raise ValueError(f'stamp_ids: at most {MAX_STREAMS} streams, got '
+                       f'{rows.shape[0]}.')
+    for stream, row in enumerate(rows):
+      _IDS.pack_into(row, self._fields_bytes, writer_id,
+                     stream << SEQ_BITS | seq)
+
+  def read_ids(self, rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray,
+                                                 np.ndarray]:
+    """The writer ids of packed rows.
+
+    Args:
+      rows: `uint8[..., bytes_per_step]`.
+
+    Returns:
+      `(writer_id, stream, seq)`, `uint64` arrays of the rows' leading shape.
+
+    Raises:
+      ValueError: if the codec has no ids.
+    """
+    if not self.ids:
+      raise ValueError('read_ids: this codec was made without ids=True.')
+    raw = np.ascontiguousarray(
+        np.asarray(rows, np.uint8)[..., self._fields_bytes:
+                                   self._fields_bytes + IDS_BYTES])
+    ids = raw.view(WRITER_IDS)
+    return (ids[..., 0], ids[..., 1] >> np.uint64(SEQ_BITS),
+            ids[..., 1] & np.uint64((1 << SEQ_BITS) - 1))
 
   def _refuse(self, flat_step: Sequence[np.ndarray]) -> None:
     """Raises a ValueError naming the first field that does not fit."""
@@ -215,14 +295,28 @@ class Layout:
       `frame_stacks.FrameStackedLayout`).
     stacked_field, cells: None here (a frame-stacked layout's stacked
       field and `frame_cells.Cells`).
+    writer_ids: whether each stored step carries its writer ids (packed
+      rows made with `ids=True`; see `StepCodec`).
+
+  Args:
+    name: see above.
+    data_spec: see above.
+    ids: 'packed' only: rows end with the writer ids.
+
+  Raises:
+    ValueError: if the name is unknown, a field does not pack, or `ids` is
+      asked of 'columns'.
   """
 
-  def __init__(self, name: str, data_spec: Any):
+  def __init__(self, name: str, data_spec: Any, *, ids: bool = False):
     if name not in LAYOUTS:
       raise ValueError(f'layout must be one of {LAYOUTS}, got {name!r}.')
+    if ids and name != 'packed':
+      raise ValueError(f"writer ids need layout='packed', got {name!r}.")
     self.name = name
     self.data_spec = data_spec
-    self._codec = StepCodec(data_spec) if name == 'packed' else None
+    self.writer_ids = bool(ids)
+    self._codec = StepCodec(data_spec, ids=ids) if name == 'packed' else None
     if self._codec is None:
       self.step_spec = data_spec
       self.num_columns = len(tree.flatten(data_spec))
@@ -252,6 +346,31 @@ class Layout:
     if self._codec is None:
       return list(flat_step)
     return [self._codec.pack(flat_step)]
+
+  def stamp_ids(self, columns: List[np.ndarray], writer_id: int,
+                seq: int) -> None:
+    """Writes the writer ids into a call's `columns()` (in place; see
+    `StepCodec.stamp_ids`); nothing without `writer_ids`."""
+    if self.writer_ids:
+      self._codec.stamp_ids(columns[0], writer_id, seq)
+
+  def read_ids(self, stored: np.ndarray) -> Tuple[np.ndarray, np.ndarray,
+                                                   np.ndarray]:
+    """The writer ids of a stored item's steps, with numpy.
+
+    Args:
+      stored: the item's first column as a checkpoint stores it
+        (`uint8[..., bytes_per_step]`).
+
+    Returns:
+      `(writer_id, stream, seq)` of each step (`StepCodec.read_ids`).
+
+    Raises:
+      ValueError: without `writer_ids`.
+    """
+    if not self.writer_ids:
+      raise ValueError('this layout stores no writer ids.')
+    return self._codec.read_ids(stored)
 
   def decode(self, stored: Any) -> Any:
     """Stored columns back to the data spec, inside TensorFlow.

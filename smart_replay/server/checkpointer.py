@@ -32,9 +32,13 @@ from smart_replay.server import stats as stats_lib
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import store as checkpoint_store
+from smart_replay.storage import writer_marks
 from smart_replay.utils import checks
 
 TableStats = Dict[str, Dict[str, Any]]
+# Where a manifest's counts keep every writer's marks (`storage.
+# writer_marks`), if the buffer's steps carry writer ids.
+WRITER_MARKS_KEY = 'writer_marks'
 
 
 def check_extra(extra: Optional[Mapping[str, Any]]) -> None:
@@ -171,7 +175,8 @@ class Checkpointer:
       logging.warning('Could not tidy %s: %s', self.store.reverb_root, e)
 
   def save(self, config: Mapping[str, Any], counts: Mapping[str, Any], *,
-           extra: Optional[Mapping[str, Any]] = None) -> str:
+           extra: Optional[Mapping[str, Any]] = None,
+           layout: Any = None) -> str:
     """Writes a verified checkpoint: Reverb's save, counted and committed.
 
     Callers pause their own writers meanwhile if the manifest's counts are
@@ -185,6 +190,9 @@ class Checkpointer:
         `'tables': {table: {field: value}}` added to the measured table
         counters (e.g. `max_priority`).
       extra: JSON-serializable user metadata for the manifest.
+      layout: the buffer's layout; if it stores writer ids, the manifest's
+        counts get every writer's marks (`WRITER_MARKS_KEY`,
+        `storage.writer_marks`).
 
     Returns:
       The checkpoint folder, `<store.root>/checkpoints/ckpt-N`.
@@ -211,6 +219,12 @@ class Checkpointer:
     # save_started_unix: clients that confirmed items after it and then see
     # a server restored from this checkpoint count them as lost.
     counts = {**counts, 'tables': tables, 'save_started_unix': save_started}
+    if getattr(layout, 'writer_ids', False):
+      try:
+        counts[WRITER_MARKS_KEY] = writer_marks.read(reverb_path, layout)
+      except errors.CheckpointCorruptError:
+        shutil.rmtree(reverb_path, ignore_errors=True)
+        raise
     path = self.store.commit(
         reverb_path, lambda name, files: manifest_lib.build_manifest(
             config, counts=counts, files=files, checkpoint_name=name,

@@ -77,7 +77,19 @@ class Piece(NamedTuple):
     return len(self.columns[0])
 
 
-def _decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
+def decode_tensor(proto, delta_encoded: bool) -> np.ndarray:
+  """One tensor of a checkpoint's chunk, decoded.
+
+  Args:
+    proto: a `TensorProto` of `ChunkData.data.tensors`.
+    delta_encoded: the chunk's `delta_encoded`.
+
+  Returns:
+    The column's steps, `[steps, ...]`.
+
+  Raises:
+    cramjam.DecompressionError, ValueError: if the tensor is damaged.
+  """
   dtype = tf.as_dtype(proto.dtype).as_numpy_dtype
   shape = [d.size for d in proto.tensor_shape.dim]
   if proto.dtype == tf.string.as_datatype_enum:  # Stored as is: no snappy.
@@ -182,7 +194,7 @@ class CheckpointReader:
           f'{self.path}: an item references chunk {key}, which is not in '
           'chunks.tfrecord.')
     try:
-      tensors = [_decode_tensor(t, chunk.delta_encoded)
+      tensors = [decode_tensor(t, chunk.delta_encoded)
                  for t in chunk.data.tensors]
     except (cramjam.DecompressionError, ValueError) as e:
       raise errors.CheckpointCorruptError(

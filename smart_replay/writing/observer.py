@@ -16,6 +16,7 @@ completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
 """
 
 import os
+import secrets
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -69,6 +70,11 @@ class TrajectoryObserver:
     confirmations: when this observer's items were confirmed
       (`ConfirmationLog`).
     live_counters: the `Counters` behind every `num_*` attribute.
+    writer_id: this observer's id (16 hex digits; its journal's, else
+      random): with a layout of `writer_ids`, every step it stores carries
+      it and the number of the call that wrote the step (its journal
+      record), which checkpoints read back as marks (`storage.
+      writer_marks`).
 
   Args:
     client: a `reverb.Client` of the server holding the tables.
@@ -183,6 +189,14 @@ class TrajectoryObserver:
       plan = planner.stream(out.defer)
       out.on_restart = plan.restart
       self._streams.append((plan, out))
+    # The writer ids every stored step carries (`Layout.writer_ids`): this
+    # observer's id (its journal's, which a restart keeps) and the number
+    # of the call (its journal record).
+    self.writer_id = (journal.writer_id if journal else
+                      f'{secrets.randbits(63) | 1:016x}')
+    self._writer_key = int(self.writer_id, 16)
+    self._calls = 0  # Calls that wrote steps, without a journal.
+    self._stamp = self._layout.stamp_ids
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and block_writer.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
@@ -251,8 +265,11 @@ class TrajectoryObserver:
             'this observer is closed; get a new one from the manager.')
       log = self._log
       if not log:
+        self._calls += 1
+        self._stamp(columns, self._writer_key, self._calls)
         self._write_call(columns, step_types)
         return
+      self._stamp(columns, self._writer_key, log.journal.next_seq)
       log.journal.check()  # A failing journal refuses before any write.
       log.begin(columns, step_types, self._counters)
       try:
