@@ -235,8 +235,10 @@ class Buffer:
     return table_config(capacity, self.block_length)
 
   def step_layout(self, spec: Any) -> packed_steps.Layout:
-    """The buffer's `packed_steps.Layout` for `spec`."""
-    return packed_steps.Layout(self.layout, spec)
+    """The buffer's `packed_steps.Layout` for `spec` (packed rows carry
+    writer ids, as a new packed buffer's do)."""
+    return packed_steps.Layout(self.layout, spec,
+                               ids=self.layout == 'packed')
 
 
 # Packed items of 32 steps: 31 windows of 2 steps per block.

@@ -181,11 +181,13 @@ class Rebuilder:
     index = ends[..., None] - field.depth + tf.range(field.depth)
     return tf.gather(rows, cells), self._stacks(frames, index, 0)
 
-  def item_rows(self, blobs: np.ndarray) -> np.ndarray:
-    """The packed rows of a stored item's cells, with numpy (no stacks).
+  def item_rows(self, blobs: np.ndarray, *, block: bool) -> np.ndarray:
+    """The packed rows of stored cells, with numpy (no stacks).
 
     Args:
-      blobs: the item's blobs, as `unpack_item` takes them.
+      blobs: an item's blobs (or some of them): cells of one step each, or
+        one block.
+      block: whether `blobs` is a block.
 
     Returns:
       `uint8[cells, row_bytes]`: every cell's row, a block's unused ones
@@ -197,7 +199,7 @@ class Rebuilder:
     blobs = [bytes(b) for b in np.asarray(blobs, object).reshape(-1)]
     return np.concatenate([
         frame_blobs.decode(b, self._row_bytes, self._field.frame_bytes,
-                           codec=self._codec, block=len(blobs) == 1)[1]
+                           codec=self._codec, block=block)[1]
         for b in blobs])
 
   def unpack_item(self, blobs: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -309,13 +311,14 @@ class FrameStackedLayout:
     if self.writer_ids:
       self._rest.stamp_ids(columns[0], writer_id, seq)
 
-  def read_ids(self, stored: Any) -> Tuple[np.ndarray, np.ndarray,
-                                           np.ndarray]:
-    """The writer ids of a stored item's cells, with numpy (a block's
-    unused cells and an item's lookback cells included).
+  def read_ids(self, stored: Any, *, block: bool) -> Tuple[
+      np.ndarray, np.ndarray, np.ndarray]:
+    """The writer ids of stored cells, with numpy (a block's unused cells
+    included).
 
     Args:
-      stored: the item's blobs, as `unpack` takes them.
+      stored: blobs of an item: cells of one step each, or one block.
+      block: whether `stored` is a block.
 
     Returns:
       `(writer_id, stream, seq)` of each step.
@@ -325,7 +328,7 @@ class FrameStackedLayout:
     """
     if not self.writer_ids:
       raise ValueError('this layout stores no writer ids.')
-    return self._rest.read_ids(self.rebuilder.item_rows(stored))
+    return self._rest.read_ids(self.rebuilder.item_rows(stored, block=block))
 
   def _with_stack(self, rest: Sequence[Any], stack: Any) -> Any:
     flat = list(rest)

@@ -354,13 +354,14 @@ class Layout:
     if self.writer_ids:
       self._codec.stamp_ids(columns[0], writer_id, seq)
 
-  def read_ids(self, stored: np.ndarray) -> Tuple[np.ndarray, np.ndarray,
-                                                   np.ndarray]:
-    """The writer ids of a stored item's steps, with numpy.
+  def read_ids(self, stored: np.ndarray, *, block: bool = False) -> Tuple[
+      np.ndarray, np.ndarray, np.ndarray]:
+    """The writer ids of stored steps, with numpy.
 
     Args:
-      stored: the item's first column as a checkpoint stores it
-        (`uint8[..., bytes_per_step]`).
+      stored: steps of an item's first column as a checkpoint stores them
+        (`uint8[..., bytes_per_step]`; a block holds its rows).
+      block: whether `stored` is a block (the same here: rows are rows).
 
     Returns:
       `(writer_id, stream, seq)` of each step (`StepCodec.read_ids`).
@@ -368,6 +369,7 @@ class Layout:
     Raises:
       ValueError: without `writer_ids`.
     """
+    del block
     if not self.writer_ids:
       raise ValueError('this layout stores no writer ids.')
     return self._codec.read_ids(stored)

@@ -17,6 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional
 from smart_replay.manager import facade as manager_lib
 from smart_replay.control import server as control_server
 from smart_replay.control import protocol
+from smart_replay.server import checkpointer
 from smart_replay.storage import coordinated_records
 
 # The largest `extra` a client may store in a manifest (its JSON).
@@ -103,7 +104,7 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
       read from).
 
   Returns:
-    `{'info', 'checkpoint', 'times_sampled'}` handlers.
+    `{'info', 'checkpoint', 'times_sampled', 'writer_marks'}` handlers.
   """
 
   def info(request: Dict[str, Any]) -> Dict[str, Any]:
@@ -131,5 +132,41 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
     return {name: {str(key): n for key, n in t['times_sampled'].items()}
             for name, t in tables.items()}
 
+  def writer_marks(request: Dict[str, Any]) -> Dict[str, Any]:
+    return restored_marks(served(), request.get('writer_id'))
+
   return {protocol.INFO: info, protocol.CHECKPOINT: checkpoint_request,
-          protocol.TIMES_SAMPLED: times_sampled}
+          protocol.TIMES_SAMPLED: times_sampled,
+          protocol.WRITER_MARKS: writer_marks}
+
+
+def restored_marks(manager: manager_lib.ReplayBufferManager,
+                   writer_id: Any) -> Dict[str, Any]:
+  """One writer's marks in the checkpoint the served buffer was restored
+  from: how far each table holds what each of its streams wrote.
+
+  Args:
+    manager: the served buffer's manager.
+    writer_id: the writer's id (`TrajectoryObserver.writer_id`, 16 hex
+      digits).
+
+  Returns:
+    `{'checkpoint': the restored checkpoint or None, 'marks': {table:
+    {stream: [seq, items]}} (tables holding none of its steps map to {}),
+    or None if that checkpoint records no marks (none was restored, or it
+    was written before writer ids existed)}` (see `storage.writer_marks`).
+
+  Raises:
+    ValueError: if `writer_id` is not 16 lower-case hex digits.
+  """
+  if not isinstance(writer_id, str) or len(writer_id) != 16 or (
+      writer_id.strip('0123456789abcdef')):
+    raise ValueError(f'writer_id must be 16 lower-case hex digits, got '
+                     f'{writer_id!r}.')
+  manifest = manager.loaded_manifest
+  stored = (manifest or {}).get('counts', {}).get(
+      checkpointer.WRITER_MARKS_KEY)
+  return {'checkpoint': manager.loaded_checkpoint,
+          'marks': None if stored is None else {
+              table: writers.get(writer_id, {})
+              for table, writers in stored.items()}}

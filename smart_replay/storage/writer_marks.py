@@ -58,14 +58,18 @@ def read(path: str, layout: Any) -> Marks:
         path, 'tables.tfrecord',
         reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)]
     # Per chunk, the items whose last step it holds: (table, column tensor,
-    # step in the chunk).
-    wanted: Dict[int, List[Tuple[str, int, int]]] = collections.defaultdict(
-        list)
+    # step in the chunk, whether the item is a block).
+    wanted: Dict[int, List[Tuple[str, int, int, bool]]] = (
+        collections.defaultdict(list))
     for item in checkpoint_files.records(
         path, 'items.tfrecord', reverb_internal.schema_pb2.PrioritizedItem):
-      piece = item.flat_trajectory.columns[0].chunk_slices[-1]
+      pieces = item.flat_trajectory.columns[0].chunk_slices
+      piece = pieces[-1]
+      # An item of one step is a block (a frame-stacked window holds its
+      # lookback cells too).
+      block = sum(p.length for p in pieces) == 1
       wanted[piece.chunk_key].append(
-          (item.table, piece.index, piece.offset + piece.length - 1))
+          (item.table, piece.index, piece.offset + piece.length - 1, block))
     ends: Dict[Tuple[str, int, int], List[int]] = {}
     found = 0
     for chunk in checkpoint_files.records(
@@ -75,12 +79,12 @@ def read(path: str, layout: Any) -> Marks:
         continue
       found += 1
       decoded = {}
-      for table, index, step in items:
+      for table, index, step, block in items:
         if index not in decoded:
           decoded[index] = reader_lib.decode_tensor(
               chunk.data.tensors[index], chunk.delta_encoded)
         writers, streams, seqs = (np.atleast_1d(a) for a in layout.read_ids(
-            decoded[index][step]))
+            decoded[index][step], block=block))
         real = np.flatnonzero(writers)  # A block's unused rows are zeros.
         if not len(real):
           continue

@@ -21,6 +21,7 @@ from smart_replay import _reverb_internal as reverb_internal
 from smart_replay import errors
 from smart_replay.config import tables as tables_lib
 from smart_replay.manager import facade as manager_lib
+from smart_replay import layouts
 from smart_replay.layouts import packed_steps
 from smart_replay.spec import specs
 from smart_replay.storage import foreign
@@ -161,7 +162,8 @@ def import_reverb_checkpoint(source: str, checkpoint_dir: str, *,
     manager.create_replay_buffer(overwrite=overwrite)
     steps = _write_items(reverb.Client(manager.server_address), items,
                          table=table_name,
-                         step_layout=packed_steps.Layout(manager.layout, data_spec),
+                         step_layout=layouts.layout_from_manifest(
+                             manager.buffer_config),
                          stop_requested=stop_requested or (lambda: False))
     held = manager.num_frames()
     if held != len(items):
