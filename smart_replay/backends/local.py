@@ -191,7 +191,8 @@ class LocalBackend(base.Backend):
     if not self._layout_given:  # Continue in the layout it was written in.
       self.config = dataclasses.replace(
           self._asked, layout=packed_steps.stored_name(manifest),
-          frame_stack=layouts.stored_frame_stack(manifest))
+          frame_stack=layouts.stored_frame_stack(manifest),
+          writer_ids=config_lib.stored_writer_ids(manifest))
       self.config.step_layout  # Raises on a layout this version lacks.
     self.config = self.config.with_writer_ids_of(manifest)
     diffs = self.config.diff(manifest)
