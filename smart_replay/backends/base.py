@@ -157,7 +157,8 @@ class Backend(abc.ABC):
   @abc.abstractmethod
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Dict[str, Any],
-                 starter: Optional[Dict[str, Any]] = None) -> str:
+                 starter: Optional[Dict[str, Any]] = None,
+                 writer_marks: bool = False) -> str:
     """Writes a verified checkpoint (the manager flushed its observers and
     waited for an earlier save first: `wait_for_pending_save`).
 
@@ -166,6 +167,9 @@ class Backend(abc.ABC):
       counts: the manifest's counts of what the observers wrote.
       starter: the reference to a read-only starter table
         (`StarterSource.reference()`) the manifest stores beside the config.
+      writer_marks: an owned buffer's manifest records every writer's marks
+        (`storage.writer_marks`; a served buffer's writers re-send from
+        them); a server decides this for its clients.
 
     Returns:
       The checkpoint folder.

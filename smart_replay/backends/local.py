@@ -302,7 +302,8 @@ class LocalBackend(base.Backend):
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Dict[str, Any],
-                 starter: Optional[Dict[str, Any]] = None) -> str:
+                 starter: Optional[Dict[str, Any]] = None,
+                 writer_marks: bool = False) -> str:
     """Saves (with the buffer config and `counts`) through the
     `Checkpointer`.
 
@@ -310,6 +311,7 @@ class LocalBackend(base.Backend):
       extra: user metadata for the manifest.
       counts: the manager's counts of what its flushed observers wrote.
       starter: a starter reference the manifest stores under 'starter'.
+      writer_marks: record every writer's marks in the manifest.
 
     Returns:
       The new `ckpt-N` folder.
@@ -317,8 +319,9 @@ class LocalBackend(base.Backend):
     config = self.config.to_manifest()
     if starter is not None:
       config = {**config, 'starter': starter}
-    return self._checkpointer.save(config, counts, extra=extra,
-                                   layout=self.config.step_layout)
+    return self._checkpointer.save(
+        config, counts, extra=extra,
+        layout=self.config.step_layout if writer_marks else None)
 
   def snapshot(self) -> base.Snapshot:
     """A throwaway Reverb save of the tables, read from its files.

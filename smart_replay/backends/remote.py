@@ -204,7 +204,8 @@ class RemoteBackend(base.Backend):
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Dict[str, Any],
-                 starter: Optional[Dict[str, Any]] = None) -> str:
+                 starter: Optional[Dict[str, Any]] = None,
+                 writer_marks: bool = False) -> str:
     """Has the server checkpoint (the manager flushed its observers).
 
     Args:
@@ -212,6 +213,7 @@ class RemoteBackend(base.Backend):
       counts: unused: the server counts what it saves.
       starter: unused: the server's checkpoints record no starter (a
         client's starter is its own, for its datasets).
+      writer_marks: unused: the server records them.
 
     Returns:
       The checkpoint folder on the server's machine.
@@ -220,7 +222,7 @@ class RemoteBackend(base.Backend):
       ServerUnavailableError: if the server does not answer within
         3 x `checkpoint_timeout_s`.
     """
-    del counts, starter  # The server counts what it saves.
+    del counts, starter, writer_marks  # The server decides these.
     # The server may first wait for its own save in progress.
     path = self.call(protocol.CHECKPOINT, {'extra': extra},
                       timeout_s=3 * self._checkpoint_timeout_s)

@@ -149,7 +149,8 @@ class ShardedBackend(base.Backend):
 
   def checkpoint(self, *, extra: Optional[Dict[str, Any]],
                  counts: Dict[str, Any],
-                 starter: Optional[Dict[str, Any]] = None) -> str:
+                 starter: Optional[Dict[str, Any]] = None,
+                 writer_marks: bool = False) -> str:
     """Writes one coordinated checkpoint of every shard
     (`coordinated_checkpoints.save`; the manager flushed its observers).
 
@@ -157,6 +158,7 @@ class ShardedBackend(base.Backend):
       extra: user metadata, kept with every shard's checkpoint.
       counts: unused: the servers count what they save.
       starter: unused: the servers' checkpoints record no starter.
+      writer_marks: unused: the servers decide.
 
     Returns:
       'coordinated <id>', then '<shard address> <checkpoint folder>' of
@@ -166,7 +168,7 @@ class ShardedBackend(base.Backend):
       CheckpointWriteError: if a shard did not save or record its part
         (names it); the coordinated checkpoint is then ignored by restores.
     """
-    del counts, starter  # The servers count what they save.
+    del counts, starter, writer_marks  # The servers decide these.
     reserved = coordinated_checkpoints.EXTRA_KEY
     if extra and reserved in extra:
       raise ValueError(f'extra may not hold the key {reserved!r} (the '

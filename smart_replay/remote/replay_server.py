@@ -269,7 +269,8 @@ class ReplayServer:
     """
     with self._lock:
       started = time.monotonic()
-      path = self._manager.checkpoint(extra=extra)
+      # Marks: what remote writers re-send from after a restart.
+      path = self._manager.checkpoint(extra=extra, writer_marks=True)
       counts, done = schedule_lib.saved_counts(path), time.monotonic()
       self._schedule.record(path, counts, done, duration_s=done - started)
     logging.info('Checkpoint %s (%s) in %.1f s: %s inserts, %s samples in all.',

@@ -57,19 +57,25 @@ def read(path: str, layout: Any) -> Marks:
     tables = [t.table_name for t in checkpoint_files.records(
         path, 'tables.tfrecord',
         reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)]
-    # Per chunk, the items whose last step it holds: (table, column tensor,
-    # step in the chunk, whether the item is a block).
-    wanted: Dict[int, List[Tuple[str, int, int, bool]]] = (
-        collections.defaultdict(list))
+    # Per chunk, for each (table, column tensor), the newest step an item
+    # ends at in it and how many items end there, and whether those items
+    # are blocks: a chunk holds one stream's steps in order, so only its
+    # newest item end can be a mark.
+    wanted: Dict[int, Dict[Tuple[str, int], List[Any]]] = (
+        collections.defaultdict(dict))
     for item in checkpoint_files.records(
         path, 'items.tfrecord', reverb_internal.schema_pb2.PrioritizedItem):
       pieces = item.flat_trajectory.columns[0].chunk_slices
       piece = pieces[-1]
-      # An item of one step is a block (a frame-stacked window holds its
-      # lookback cells too).
-      block = sum(p.length for p in pieces) == 1
-      wanted[piece.chunk_key].append(
-          (item.table, piece.index, piece.offset + piece.length - 1, block))
+      step = piece.offset + piece.length - 1
+      newest = wanted[piece.chunk_key].get((item.table, piece.index))
+      if newest is None or step > newest[0]:
+        # An item of one step is a block (a frame-stacked window holds its
+        # lookback cells too).
+        wanted[piece.chunk_key][(item.table, piece.index)] = [
+            step, 1, len(pieces) == 1 and piece.length == 1]
+      elif step == newest[0]:
+        newest[1] += 1
     ends: Dict[Tuple[str, int, int], List[int]] = {}
     found = 0
     for chunk in checkpoint_files.records(
@@ -79,7 +85,7 @@ def read(path: str, layout: Any) -> Marks:
         continue
       found += 1
       decoded = {}
-      for table, index, step, block in items:
+      for (table, index), (step, count, block) in items.items():
         if index not in decoded:
           decoded[index] = reader_lib.decode_tensor(
               chunk.data.tensors[index], chunk.delta_encoded)
@@ -93,9 +99,9 @@ def read(path: str, layout: Any) -> Marks:
         seq = int(seqs[last])
         mark = ends.get(key)
         if mark is None or seq > mark[0]:
-          ends[key] = [seq, 1]
+          ends[key] = [seq, count]
         elif seq == mark[0]:
-          mark[1] += 1
+          mark[1] += count
   except (tf.errors.OpError, message.DecodeError, cramjam.DecompressionError,
           ValueError, IndexError) as e:
     raise errors.CheckpointCorruptError(

@@ -85,7 +85,10 @@ def test_manifest_marks_are_each_writers_last_stored_call(make_manager):
   calls = len(testing.run_actor(first, 90, seed=1).steps)
   second_calls = len(testing.run_actor(second, 40, seed=2).steps)
   calls += len(testing.run_actor(first, 7, seed=3).steps)
-  path = manager.checkpoint()
+  unmarked = manager.checkpoint()  # Only asked for (a served buffer asks).
+  assert checkpointer.WRITER_MARKS_KEY not in manifest_lib.read(
+      f'{unmarked}/{manifest_lib.MANIFEST_NAME}')['counts']
+  path = manager.checkpoint(writer_marks=True)
   stored = manifest_lib.read(f'{path}/{manifest_lib.MANIFEST_NAME}')
   layout = layouts.layout_from_manifest(stored)
   assert layout.writer_ids
@@ -112,7 +115,7 @@ def test_batched_streams_and_journal_ids(make_manager, data_spec):
                                env=testing.make_env(4))
   for one in recorder.steps:
     observer(tree.map_structure(lambda x: np.stack([x, x]), one))
-  path = manager.checkpoint()
+  path = manager.checkpoint(writer_marks=True)
   marks = writer_marks.read(path, _layout(path))
   mine = marks['experience'][observer.writer_id]
   assert set(mine) == {'0', '1'}
@@ -126,7 +129,7 @@ def test_old_layouts_have_no_ids_and_marks_need_them(make_manager):
   manager = make_manager(layout='columns')
   _, observer = manager.create_replay_buffer()
   testing.run_actor(observer, 10)
-  path = manager.checkpoint()
+  path = manager.checkpoint(writer_marks=True)
   layout = _layout(path)
   assert not layout.writer_ids
   stored = manifest_lib.read(f'{path}/{manifest_lib.MANIFEST_NAME}')
