@@ -137,9 +137,10 @@ def sample_all_items(manager, batch_size=32, max_batches=400):
   for i, (trajectory, info) in enumerate(
       manager.get_dataset(batch_size=batch_size, sample_timeout_s=10)):
     keys = info.key[:, 0].numpy()
+    batch = tree.map_structure(lambda t: t.numpy(), trajectory)  # Once.
     for b, key in enumerate(keys):
       seen[int(key)] = item_fingerprint(
-          tree.map_structure(lambda t: t[b].numpy(), trajectory))
+          tree.map_structure(lambda t: t[b], batch))  # pylint: disable=cell-var-from-loop
     if len(seen) >= size or i >= max_batches:
       break
   return seen
