@@ -52,6 +52,17 @@ class Snapshot(abc.ABC):
         f'the items of table {table!r} are read from a snapshot on the '
         "server's disk; read them where the buffer is served.")
 
+  def writer_items(self) -> Dict[str, Dict[str, Dict[str, List[int]]]]:
+    """Every writer's items in the snapshot
+    (`storage.writer_marks.read_items`).
+
+    Raises:
+      ManagerStateError: where the snapshot holds counts only (client mode).
+    """
+    raise errors.ManagerStateError(
+        'writer items are read from a snapshot on the server\'s disk; read '
+        'them where the buffer is served.')
+
   def close(self) -> None:
     """Lets go of what the snapshot holds (its files)."""
 
@@ -87,12 +98,15 @@ class Backend(abc.ABC):
     watch_interval_s: how often the manager's watcher calls
       `check_servers()` and `restarted()`; None when no server can go down
       or restart under the manager (an in-process server).
+    resends: whether observers keep what they sent, to send again what a
+      restart of the server lost (`writer_marks`): one remote server.
   """
   # {manager method: why this mode does not offer it}.
   UNSUPPORTED: Mapping[str, str] = {}
   config: Optional[config_lib.BufferConfig] = None
   where: str = ''
   watch_interval_s: Optional[float] = None
+  resends: bool = False
 
   def require(self, method: str) -> None:
     """Raises unless this mode offers the manager's `method`.
@@ -202,6 +216,32 @@ class Backend(abc.ABC):
     """
     del patient, answered
     return None
+
+  def writer_marks(self, writer_id: str, *, live: bool = False,
+                   above: int = 0) -> Dict[str, Any]:
+    """What the server has of one writer's items (`resends` only).
+
+    Args:
+      writer_id: the writer's id (`TrajectoryObserver.writer_id`).
+      live: also list every item of the writer it holds now, from an exact
+        snapshot of its tables (after a restart); False: the marks of its
+        newest checkpoint only.
+      above: with `live`, list the items from this call on.
+
+    Returns:
+      `{'checkpoint', 'number', 'marks', 'instance'}`: the newest checkpoint
+      (live: the one the server restored), its number, the writer's marks
+      there `{table: {stream: [seq, items]}}` (None without any) and the
+      server instance's id; with `live` also `'held'`, `{table: {stream:
+      [seq, ...]}}` (see `remote.handlers`).
+
+    Raises:
+      ManagerStateError: where observers keep nothing to send again.
+    """
+    del live, above
+    raise errors.ManagerStateError(
+        f'the buffer at {self.where} has no writers that send again '
+        f'(writer {writer_id}).')
 
   def check_servers(self, timeout_s: float
                     ) -> List[instances_lib.Change]:

@@ -31,6 +31,7 @@ from smart_replay.storage import lock as buffer_lock
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.storage import reader as checkpoint_reader
 from smart_replay.storage import store as checkpoint_store
+from smart_replay.storage import writer_marks as writer_marks_lib
 
 
 class LocalBackend(base.Backend):
@@ -378,6 +379,15 @@ class FolderSnapshot(base.Snapshot):
     """
     return list(checkpoint_reader.CheckpointReader(
         self._path, layout=self._layout).items(table))
+
+  def writer_items(self) -> Dict[str, Dict[str, Dict[str, List[int]]]]:
+    """Every writer's items in the snapshot
+    (`storage.writer_marks.read_items`).
+
+    Raises:
+      ValueError: if the buffer's layout stores no writer ids.
+    """
+    return writer_marks_lib.read_items(self._path, self._layout)
 
   def close(self) -> None:
     """Deletes the folder."""

@@ -44,6 +44,7 @@ class RemoteBackend(base.Backend):
     AuthenticationError: if a token file cannot be used (names it).
     ValueError: if a TLS file is missing or given without its pair.
   """
+  resends = True  # Its observers send again what a restart lost.
 
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
                location: options.RemoteBuffer, timeouts: options.Timeouts,
@@ -228,6 +229,33 @@ class RemoteBackend(base.Backend):
                       timeout_s=3 * self._checkpoint_timeout_s)
     logging.info('The server at %s checkpointed to %s', self._address, path)
     return path
+
+  def writer_marks(self, writer_id: str, *, live: bool = False,
+                   above: int = 0) -> Dict[str, Any]:
+    """What the server has of one writer's items (see
+    `base.Backend.writer_marks`; with `live` the server takes an exact
+    snapshot, one for every writer that asked before it began). Without
+    `live`, marks of a server instance this client has not seen yet are
+    None (a restart not handled yet).
+
+    Raises:
+      ServerUnavailableError: if the server does not answer within
+        3 x `checkpoint_timeout_s`.
+      SmartReplayError: the error the server raised (e.g. its layout stores
+        no writer ids).
+    """
+    request = {'writer_id': writer_id}
+    if live:
+      request.update(live=True, above=above)
+    answer = self.call(protocol.WRITER_MARKS, request,
+                       timeout_s=3 * self._checkpoint_timeout_s)
+    with self._instance_lock:
+      known = ((self._served or {}).get('instance') or {}).get('id')
+    if not live and answer.get('instance') != known:
+      # A restart this client has not handled yet: its marks may be above
+      # what the restart lost.
+      answer = {**answer, 'marks': None}
+    return answer
 
   def snapshot(self) -> base.Snapshot:
     """The server's snapshot of its tables (it pauses its own writers).

@@ -266,6 +266,13 @@ class WriteOptions:
       'every_second', but none for a buffer whose steps would take more
       than 4 KiB of journal each (images, frame stacks: said once in the
       log; ask for it by name to have it). Client-mode buffers have none.
+    resend_bytes: a client-mode observer of one server keeps up to this
+      many bytes of what it sent (the calls, as a journal records them),
+      to send again what a restart of the server from an older checkpoint
+      lost (`TrajectoryObserver.resend`; packed layouts without a frame
+      stack or packed items); what no longer fits is counted as lost if a
+      restart needs it.
+      0: keep nothing (the loss is counted by time, a lower bound).
 
   Raises:
     ValueError: naming the first bad field and its value.
@@ -275,9 +282,14 @@ class WriteOptions:
   non_finite: str = 'error'
   float_bounds: str = 'warn'
   journal: Union[str, bool] = JOURNAL_AUTO
+  resend_bytes: int = 64 << 20
 
   def __post_init__(self):
     _positive_or_none('num_envs', self.num_envs)
+    if isinstance(self.resend_bytes, bool) or not isinstance(
+        self.resend_bytes, int) or self.resend_bytes < 0:
+      raise ValueError(f'resend_bytes must be an integer >= 0, got '
+                       f'{self.resend_bytes!r}.')
     _positive_or_none('chunk_length', self.chunk_length)
     if self.journal is not False and self.journal not in (
         JOURNAL_SYNC + (JOURNAL_AUTO,)):

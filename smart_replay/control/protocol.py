@@ -34,7 +34,8 @@ METHODS: FrozenSet[str] = frozenset({
 READ_ONLY_METHODS: FrozenSet[str] = frozenset({
     INFO, TIMES_SAMPLED, COORDINATED_LIST, WRITER_MARKS})
 SLOW_METHODS: FrozenSet[str] = frozenset({
-    CHECKPOINT, TIMES_SAMPLED, COORDINATED_SAVE, COORDINATED_RESTORE})
+    CHECKPOINT, TIMES_SAMPLED, COORDINATED_SAVE, COORDINATED_RESTORE,
+    WRITER_MARKS})
 
 # A request is a small JSON object; an answer may list a table's items.
 MAX_REQUEST_BYTES = 1 << 20

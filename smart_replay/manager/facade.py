@@ -94,7 +94,8 @@ class ReplayBufferManager:
     `journal` (an in-process buffer's write-ahead journal: 'always',
     'every_second', 'off', or False for none; the default 'auto' is
     'every_second' but none for steps over 4 KiB (images); see
-    docs/durability.md).
+    docs/durability.md), `resend_bytes` (what a client-mode observer keeps
+    to send again to a restarted server; 64 MiB).
   * `timeouts=Timeouts(...)`: `sample_timeout_s` 60, `write_timeout_s` 60,
     `connect_timeout_s` 10, `checkpoint_timeout_s` 600,
     `reconnect_timeout_s` 300.
@@ -261,6 +262,7 @@ class ReplayBufferManager:
   stats = _forward('_reporting', reporting.Reporting.stats)
   num_batches = _forward('_reporting', reporting.Reporting.num_batches)
   epoch = _forward('_reporting', reporting.Reporting.epoch)
+  writer_items = _forward('_reporting', reporting.Reporting.writer_items)
 
   # ------------------------------------------------------------ checkpointing
 

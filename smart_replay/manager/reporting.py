@@ -81,7 +81,7 @@ class Reporting:
     Returns:
       `{'tables': {name: {...}}, 'env_steps', 'episodes', 'short_episodes',
       'short_episode_steps', 'lost_steps', 'lost_items', 'lost_at_restart',
-      'reconnects'}`: every field is described in
+      'reconnects', 'resent_items'}`: every field is described in
       `smart_replay.server.stats.report`; an in-process buffer with a
       journal adds `'journal'` (`manager.journals.Journals.stats`).
 
@@ -170,6 +170,30 @@ class Reporting:
           'windows; len(list(epoch(batch_size))) counts the batches exactly.')
     return epochs.num_batches(self._items(running, config.name), batch_size,
                               drop_remainder=drop_remainder)
+
+  def writer_items(self) -> Dict[str, Dict[str, Dict[str, List[int]]]]:
+    """Every item each writer has in the tables now, by the call that wrote
+    its last step (`storage.writer_marks.read_items`).
+
+    Read from an exact snapshot (this manager's own observers pause
+    meanwhile; Reverb writes the tables to disk, so it costs about as much
+    as `checkpoint()`). A served buffer answers its remote writers with it
+    after a restart (`TrajectoryObserver.resend`).
+
+    Returns:
+      `{table: {writer_id: {stream: [seq, ...]}}}`, sorted, a seq once per
+      item.
+
+    Raises:
+      ManagerStateError: if the manager is not started, or in client mode
+        (the snapshot is on the server's machine).
+      ValueError: if the buffer's layout stores no writer ids.
+    """
+    self._running()
+    with self._state.paused(flush=False):
+      snapshot = self._backend.snapshot()
+    with snapshot:
+      return snapshot.writer_items()
 
   def epoch(self, batch_size: int, *, table_name: Optional[str] = None,
             seed: Optional[int] = None, drop_remainder: bool = False

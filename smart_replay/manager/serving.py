@@ -6,8 +6,10 @@ backend started (`backends.base.Started`) into the running buffer (replay
 buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
+import functools
+import secrets
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import reverb
@@ -23,6 +25,8 @@ from smart_replay.manager import state as state_lib
 from smart_replay.manager import watch
 from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.storage import coordinated_records
+from smart_replay.storage import retained as retained_lib
+from smart_replay.writing import journaling
 from smart_replay.writing import observer as observer_lib
 
 Started = Tuple[replay_buffer_lib.ManagedReplayBuffer,
@@ -164,6 +168,11 @@ class Serving:
     """An observer of the running buffer, with a journal of its own if
     `journal` and the buffer journals."""
     tables = list(running.config.tables)
+    kept = journal and (self._journals.new_journal(
+        layout=running.config.step_layout,
+        data_spec=self._options.data_spec, num_envs=num_envs,
+        tables=[t.name for t in tables]) or self._retained(
+            running, num_envs=num_envs, tables=[t.name for t in tables]))
     return observer_lib.TrajectoryObserver(
         running.client, tables=tables, data_spec=self._options.data_spec,
         layout=running.config.step_layout, writes=self._options.writes,
@@ -171,10 +180,27 @@ class Serving:
         priority=priority, priorities=running.counts.priorities,
         lock=self._state.lock,
         wake=self._watcher.wake if self._watcher else None,
-        journal=journal and self._journals.new_journal(
-            layout=running.config.step_layout,
-            data_spec=self._options.data_spec, num_envs=num_envs,
-            tables=[t.name for t in tables]) or None)
+        journal=kept or None)
+
+  def _retained(self, running: state_lib.Running, *, num_envs: Optional[int],
+                tables: List[str]) -> Optional[retained_lib.RetainedRecords]:
+    """What a client-mode observer keeps of what it sent, to send it again
+    after a restart of the server (`TrajectoryObserver.resend`), or None
+    where it cannot: another mode, a layout without writer ids, a frame
+    stack (items reference cells before their first step), tables of
+    packed items (blocks are not made again), or `resend_bytes=0`."""
+    layout = running.config.step_layout
+    max_bytes = self._options.writes.resend_bytes
+    if not (self._backend.resends and layout.writer_ids and max_bytes and
+            not layout.lookback and not any(
+                t.block_length is not None for t in running.config.tables)):
+      return None
+    meta = journaling.journal_meta(layout, self._options.data_spec,
+                                   num_envs=num_envs, tables=tables)
+    return retained_lib.RetainedRecords(
+        writer_id=f'{secrets.randbits(63) | 1:016x}', meta=meta,
+        max_bytes=max_bytes, count_items=functools.partial(
+            journaling.count_items, columns=meta['columns'], tables=tables))
 
   def _replay(self, item: journals_lib.ToReplay) -> None:
     """Runs a journal again above its mark through an observer of its own
@@ -235,6 +261,7 @@ class Serving:
     """Stops the journals' bound thread (before the lock is taken: it may
     be checkpointing), waiting for a checkpoint it is taking."""
     self._bound_stop.set()
+    self._journals.over_bound.set()  # Wakes its wait at once.
     thread, self._bound_thread = self._bound_thread, None
     if thread is not None and thread is not threading.current_thread():
       thread.join(self._options.timeouts.checkpoint_timeout_s * 2 + 10)
@@ -243,7 +270,8 @@ class Serving:
     """If the observers' server was restarted since the last check, every
     observer counts the items it had confirmed that the restart lost (each
     restart once: the watcher's check, a flush or a checkpoint)."""
-    watch.count_restart(self._state, self._backend.restarted(patient=True))
+    watch.after_restart(self._state, self._backend,
+                        self._backend.restarted(patient=True))
 
   def flush(self) -> None:
     """Flushes every observer of this manager.

@@ -10,9 +10,12 @@ answers, and what changed) and tells, never asks, the parts below it:
   (`Batcher.source_down`, `source_up`), and a waiting batch checks its
   timeout (`Batcher.tick`);
 * the priority updates: a shard that is down gets none (`shards_up`);
-* the observers: the items a restart of their server lost are counted
-  (`TrajectoryObserver.count_restart_loss`, once per restart, whichever of
-  the watcher, `flush()` and `checkpoint()` sees it first).
+* the observers: after a restart of their server, those that keep what
+  they sent send again what the server lacks (`after_restart`), the others
+  count what the restart lost (`TrajectoryObserver.count_restart_loss`);
+  once per restart, whichever of the watcher, `flush()` and `checkpoint()`
+  sees it first; between restarts they let go of what the server's newest
+  checkpoint holds (`prune`).
 
 An observer whose write waited for the server sets `wake` (a
 `threading.Event` it holds), and the watcher checks at once. The thread is
@@ -27,6 +30,7 @@ from typing import Any, Callable, List
 
 from absl import logging
 
+from smart_replay import errors
 from smart_replay.backends import base as backend_lib
 from smart_replay.backends import instances
 from smart_replay.manager import state as state_lib
@@ -35,22 +39,73 @@ from smart_replay.manager import state as state_lib
 CHECK_TIMEOUT_S = 1.0
 
 
-def count_restart(state: state_lib.State, instance: Any) -> None:
-  """Tells every observer of the running buffer what a restart of its
-  server lost.
+def after_restart(state: state_lib.State, backend: backend_lib.Backend,
+                  instance: Any) -> None:
+  """After a restart of the observers' server: each observer that keeps
+  what it sent sends again what the server lacks; the others count what
+  the restart lost.
+
+  An observer that keeps what it sent (`TrajectoryObserver.retains`) is
+  flushed (every item it made is then stored or lost, none on its way),
+  asks the server what it holds of its items now (`Backend.writer_marks`,
+  an exact snapshot) and sends again the items above that
+  (`TrajectoryObserver.resend`), all under the manager's lock, so that no
+  new step comes between. A re-send that fails (the server went down
+  again) is tried again at the next check (`resend_pending`).
 
   Args:
     state: the manager's state.
+    backend: the manager's backend.
     instance: the restarted server's new instance (`Backend.restarted`), or
-      None (nothing to count).
+      None (nothing to count, but a pending re-send is tried again).
   """
-  if instance is None:
+  running = state.running
+  if instance is None and not any(
+      o.resend_pending for o in (running.observers if running else ())):
     return
   with state.lock:
     running = state.running
     for observer in running.observers if running else ():
-      observer.count_restart_loss(instance.get('restored_save_started'),
-                                  instance.get('started_unix'))
+      if observer.retains:
+        if instance is not None or observer.resend_pending:
+          _resend(observer, backend)
+      elif instance is not None:
+        observer.count_restart_loss(instance.get('restored_save_started'),
+                                    instance.get('started_unix'))
+
+
+def prune(state: state_lib.State, backend: backend_lib.Backend) -> None:
+  """Lets each observer that keeps what it sent go of what the server's
+  newest checkpoint holds (`TrajectoryObserver.prune`); a server that does
+  not answer is asked again at the next check."""
+  running = state.running
+  for observer in list(running.observers) if running else ():
+    if not observer.retains or observer.resend_pending:
+      continue
+    try:
+      observer.prune(backend.writer_marks(observer.writer_id))
+    except errors.SmartReplayError as e:
+      logging.info('Asking the server at %s for the marks of writer %s '
+                   'failed (%s); asked again at the next check.',
+                   backend.where, observer.writer_id, e)
+
+
+def _resend(observer: Any, backend: backend_lib.Backend) -> None:
+  """Flushes an observer and sends again what the server lacks; a failure
+  leaves it pending (logged)."""
+  observer.resend_pending = True
+  try:
+    observer.flush()
+    observer.resend(backend.writer_marks(
+        observer.writer_id, live=True, above=observer.resend_floor()))
+    observer.resend_done(backend.writer_marks(observer.writer_id)['number'])
+  except errors.SmartReplayError as e:
+    logging.warning(
+        'Sending again what the restarted server at %s lacks of writer %s '
+        'failed (%s: %s); it is tried again at the next check.',
+        backend.where, observer.writer_id, type(e).__name__, e)
+    return
+  observer.resend_pending = False
 
 
 class Watcher:
@@ -105,8 +160,13 @@ class Watcher:
     for change in changes:  # The writers' server restarted: its loss.
       if (change.server == self._backend.writer_server and
           change.kind == instances.RESTARTED):
-        count_restart(self._state, self._backend.restarted(
+        after_restart(self._state, self._backend, self._backend.restarted(
             patient=False, answered=change.instance))
+        break
+    else:  # A re-send that failed is tried again; what is saved goes.
+      after_restart(self._state, self._backend, None)
+      if self._backend.resends:
+        prune(self._state, self._backend)
 
   def _batchers(self) -> List[Any]:
     running = self._state.running

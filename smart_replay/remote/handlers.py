@@ -12,12 +12,15 @@ a manifest.
 import contextlib
 import json
 import os
+import threading
+import time
 from typing import Any, Callable, ContextManager, Dict, Optional
 
 from smart_replay.manager import facade as manager_lib
 from smart_replay.control import server as control_server
 from smart_replay.control import protocol
 from smart_replay.server import checkpointer
+from smart_replay.storage import checkpoint_folders
 from smart_replay.storage import coordinated_records
 
 # The largest `extra` a client may store in a manifest (its JSON).
@@ -99,9 +102,9 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
       place at a reload).
     checkpoint: writes a checkpoint a client asked for; called with the
       checked `extra=`.
-    exclusive: held while `times_sampled` reads its snapshot, so that no
-      checkpoint runs meanwhile (a save tidies the folder the snapshot is
-      read from).
+    exclusive: held while `times_sampled` and `writer_marks` read their
+      snapshot, so that no checkpoint runs meanwhile (a save tidies the
+      folder the snapshot is read from).
 
   Returns:
     `{'info', 'checkpoint', 'times_sampled', 'writer_marks'}` handlers.
@@ -132,18 +135,62 @@ def control_handlers(served: Callable[[], manager_lib.ReplayBufferManager],
     return {name: {str(key): n for key, n in t['times_sampled'].items()}
             for name, t in tables.items()}
 
+  # The newest snapshot's items and when it began: a writer that asks what
+  # the server holds now is answered from a snapshot that began after it
+  # asked (one snapshot serves every writer that asked before it began).
+  live = {'began': float('-inf'), 'items': {}}
+  live_lock = threading.Lock()
+
   def writer_marks(request: Dict[str, Any]) -> Dict[str, Any]:
-    return restored_marks(served(), request.get('writer_id'))
+    writer_id = check_writer_id(request.get('writer_id'))
+    if not request.get('live'):
+      return {**newest_marks(served(), writer_id),
+              'instance': instance.get('id')}
+    above = request.get('above', 0)
+    if isinstance(above, bool) or not isinstance(above, int) or above < 0:
+      raise ValueError(f'above must be an integer >= 0, got {above!r}.')
+    asked = time.monotonic()
+    with live_lock:
+      if live['began'] < asked:
+        live['began'] = time.monotonic()
+        with exclusive():
+          live['items'] = served().writer_items()
+      items = live['items']
+    held = {table: {stream: [seq for seq in seqs if seq >= above]
+                    for stream, seqs in writers.get(writer_id, {}).items()}
+            for table, writers in items.items()}
+    listed = sum(len(s) for t in held.values() for s in t.values())
+    if listed > MAX_LISTED_ITEMS:
+      raise ValueError(
+          f'writer_marks lists at most {MAX_LISTED_ITEMS:,} items over the '
+          f'network; writer {writer_id} has {listed:,} above {above}.')
+    manager = served()
+    return {**_marks_of(manager.loaded_checkpoint, manager.loaded_manifest,
+                        writer_id), 'held': held,
+            'instance': instance.get('id')}
 
   return {protocol.INFO: info, protocol.CHECKPOINT: checkpoint_request,
           protocol.TIMES_SAMPLED: times_sampled,
           protocol.WRITER_MARKS: writer_marks}
 
 
-def restored_marks(manager: manager_lib.ReplayBufferManager,
-                   writer_id: Any) -> Dict[str, Any]:
-  """One writer's marks in the checkpoint the served buffer was restored
-  from: how far each table holds what each of its streams wrote.
+def check_writer_id(writer_id: Any) -> str:
+  """Checks a writer id a client sent (16 lower-case hex digits).
+
+  Raises:
+    ValueError: naming the bad value.
+  """
+  if not isinstance(writer_id, str) or len(writer_id) != 16 or (
+      writer_id.strip('0123456789abcdef')):
+    raise ValueError(f'writer_id must be 16 lower-case hex digits, got '
+                     f'{writer_id!r}.')
+  return writer_id
+
+
+def newest_marks(manager: manager_lib.ReplayBufferManager,
+                 writer_id: str) -> Dict[str, Any]:
+  """One writer's marks in the served buffer's newest checkpoint: how far
+  each table holds what each of its streams wrote.
 
   Args:
     manager: the served buffer's manager.
@@ -151,22 +198,29 @@ def restored_marks(manager: manager_lib.ReplayBufferManager,
       digits).
 
   Returns:
-    `{'checkpoint': the restored checkpoint or None, 'marks': {table:
-    {stream: [seq, items]}} (tables holding none of its steps map to {}),
-    or None if that checkpoint records no marks (none was restored, or it
-    was written before writer ids existed)}` (see `storage.writer_marks`).
+    `_marks_of` the newest checkpoint.
 
   Raises:
     ValueError: if `writer_id` is not 16 lower-case hex digits.
   """
-  if not isinstance(writer_id, str) or len(writer_id) != 16 or (
-      writer_id.strip('0123456789abcdef')):
-    raise ValueError(f'writer_id must be 16 lower-case hex digits, got '
-                     f'{writer_id!r}.')
-  manifest = manager.loaded_manifest
+  check_writer_id(writer_id)
+  existing = list(manager.existing_checkpoints())
+  if not existing:
+    return _marks_of(None, None, writer_id)
+  return _marks_of(existing[-1],
+                   checkpoint_folders.read_manifest(existing[-1]), writer_id)
+
+
+def _marks_of(path: Optional[str], manifest: Optional[Dict[str, Any]],
+              writer_id: str) -> Dict[str, Any]:
+  """`{'checkpoint': path or None, 'number': its N or None, 'marks':
+  {table: {stream: [seq, items]}} (tables holding none of the writer's
+  items map to {}), or None if the checkpoint records no marks (or there
+  is none)}` (see `storage.writer_marks`)."""
   stored = (manifest or {}).get('counts', {}).get(
       checkpointer.WRITER_MARKS_KEY)
-  return {'checkpoint': manager.loaded_checkpoint,
+  return {'checkpoint': path,
+          'number': path and checkpoint_folders.checkpoint_number(path),
           'marks': None if stored is None else {
               table: writers.get(writer_id, {})
               for table, writers in stored.items()}}

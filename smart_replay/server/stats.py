@@ -17,7 +17,8 @@ OBSERVER_TOTALS = (('short_episodes', 'num_short_episodes'),
                    ('lost_steps', 'num_lost_steps'),
                    ('lost_items', 'num_lost_items'),
                    ('lost_at_restart', 'num_lost_at_restart'),
-                   ('reconnects', 'num_reconnects'))
+                   ('reconnects', 'num_reconnects'),
+                   ('resent_items', 'num_resent_items'))
 
 
 def table_stats(info: Mapping[str, Any],
@@ -164,7 +165,8 @@ def report(configs: Sequence[Any], info: Mapping[str, Any], *,
          'times_sampled',        # {key: n}, if asked (times_sampled_fields)
          'times_sampled_histogram'}},  # {n: items}, if asked
      'env_steps', 'episodes', 'short_episodes', 'short_episode_steps',
-     'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects'}
+     'lost_steps', 'lost_items', 'lost_at_restart', 'reconnects',
+     'resent_items'}
 
   `env_steps`, `episodes`, `items`, `stored_items`, `pending_items`,
   `items_written`, `item_episodes`, `inserts` and `samples` are defined

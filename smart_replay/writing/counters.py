@@ -72,6 +72,8 @@ class Counters:
       `lost_at_restart`.
     lost_at_restart: confirmed items that a restart of the server lost.
     reconnects: times the server came back while a write waited for it.
+    resent_items: items sent again to a server restarted from an older
+      checkpoint (`TrajectoryObserver.resend`).
   """
   steps: int = 0
   env_steps: int = 0
@@ -85,6 +87,7 @@ class Counters:
   lost_items: int = 0
   lost_at_restart: int = 0
   reconnects: int = 0
+  resent_items: int = 0
 
   @classmethod
   def for_tables(cls, table_names: Sequence[str],
