@@ -76,9 +76,10 @@ def test_signature_comes_from_nested_spec_with_policy_info(make_manager):
   manager = make_manager(sequence_length=3)
   manager.create_replay_buffer()
   info = reverb.Client(manager.server_address).server_info(timeout=5)
-  # The packed layout: one byte column of every field (4 bytes each here).
+  # The packed layout: one byte column of every field (4 bytes each here),
+  # then 16 bytes of writer ids.
   assert specs.describe_signature(info['experience'].signature) == [
-      'uint8[3, 40]']
+      'uint8[3, 56]']
   manager.close()
   manager = make_manager(sequence_length=3, layout='columns')
   manager.create_replay_buffer(overwrite=True)

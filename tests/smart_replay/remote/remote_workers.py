@@ -41,6 +41,24 @@ def client(address, **kwargs):
   return manager, observer
 
 
+def long_episode_steps(count, seed=0):
+  """`count` trajectories of one long episode from a real environment."""
+  from tf_agents.environments import random_py_environment  # pylint: disable=g-import-not-at-top
+  from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
+  env = random_py_environment.RandomPyEnvironment(
+      testing.OBSERVATION_SPEC, testing.ACTION_SPEC,
+      episode_end_probability=0.0, min_duration=10_000, max_duration=10_000,
+      seed=seed)
+  policy = testing.make_policy(env, seed)
+  time_step, steps = env.reset(), []
+  for _ in range(count):
+    action = policy.action(time_step)
+    next_time_step = env.step(action.action)
+    steps.append(trajectory.from_transition(time_step, action, next_time_step))
+    time_step = next_time_step
+  return steps
+
+
 def write_steps(address, seed, steps, results):
   """An actor: a real TF-Agents Actor writing `steps` steps, then flushing.
 
@@ -159,4 +177,31 @@ def sample_until_stopped(addresses, stop, per_source, results):
       for source in sources.tolist():
         per_source[source] += 1
   results.put(('learner', manager.stats()))
+  manager.close()
+
+
+def resending_actor(address, seed, steps, halfway, restarted, results):
+  """An actor that writes through a server restart and sends again what the
+  server lacks.
+
+  A real TF-Agents Actor writes `steps` steps in two halves; `halfway` is set
+  after the first (flushed). After the second it waits for `restarted`, and
+  the manager's flush then sends again what the restarted server lacks (if
+  its watcher did not already). Reports `(seed, fingerprints of the items it
+  should have stored, counters)`.
+  """
+  manager, observer = client(address, write_timeout_s=120.0,
+                             reconnect_timeout_s=180.0)
+  env = testing.make_env(seed, max_duration=40)
+  policy = testing.make_policy(env, seed)
+  first = testing.run_actor(observer, steps // 2, env=env, policy=policy)
+  observer.flush()
+  halfway.set()
+  second = testing.run_actor(observer, steps - steps // 2, env=env,
+                             policy=policy)
+  assert restarted.wait(240)
+  manager.flush()  # Sends again, if the watcher has not yet.
+  items = testing.expected_items(first.steps + second.steps, SEQUENCE_LENGTH)
+  results.put((seed, [testing.item_fingerprint(i) for i in items],
+               observer.counters()))
   manager.close()

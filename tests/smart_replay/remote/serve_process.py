@@ -10,6 +10,7 @@ and wait on conditions, each with a timeout that fails the test instead of
 hanging it.
 """
 
+import json
 import multiprocessing
 import os
 import queue
@@ -20,6 +21,7 @@ import time
 
 import pytest
 
+import smart_replay
 from smart_replay.control import credentials
 from smart_replay.spec import specs
 from tests import testing
@@ -62,6 +64,7 @@ class ServeProcess:
         [f'--gin_bindings={b}' for b in bindings],
         stdout=self._log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     self.port = port
+    self.checkpoint_dir = checkpoint_dir
     self.address = f'127.0.0.1:{port}'  # Reverb's default --reverb_host.
     self.wait_for('Serving ', 120)
 
@@ -112,6 +115,18 @@ def served(tmp_path, monkeypatch):
   for server in servers:
     if server.process.poll() is None:
       server.stop(signal.SIGKILL)
+
+
+def newest_checkpoint(checkpoint_dir):
+  """`(path, items)` of the newest complete checkpoint, or `(None, None)`."""
+  found = smart_replay.ReplayBufferManager(
+      data_spec=remote_workers.data_spec(), capacity=1,
+      checkpoint_dir=checkpoint_dir).existing_checkpoints()
+  if not found:
+    return None, None
+  with open(os.path.join(found[-1], 'manifest.json')) as f:
+    manifest = json.load(f)
+  return found[-1], manifest['counts']['tables']['experience']['items']
 
 
 def wait_until(condition, what, timeout_s=60):

@@ -37,16 +37,7 @@ def _flushed(observer):
   return True
 
 
-def _newest_checkpoint(checkpoint_dir):
-  """`(path, items)` of the newest complete checkpoint, or `(None, None)`."""
-  found = smart_replay.ReplayBufferManager(
-      data_spec=remote_workers.data_spec(), capacity=1,
-      checkpoint_dir=checkpoint_dir).existing_checkpoints()
-  if not found:
-    return None, None
-  with open(os.path.join(found[-1], 'manifest.json')) as f:
-    manifest = json.load(f)
-  return found[-1], manifest['counts']['tables']['experience']['items']
+_newest_checkpoint = serve_process.newest_checkpoint
 
 
 def test_four_actors_and_a_learner_then_an_actor_killed(served, tmp_path):
@@ -187,22 +178,7 @@ def test_unreachable_address_fails_within_the_timeout():
   manager.close()
 
 
-def _long_episode_steps(count, seed=0):
-  """`count` trajectories of one long episode from a real environment."""
-  from tf_agents.environments import random_py_environment  # pylint: disable=g-import-not-at-top
-  from tf_agents.trajectories import trajectory  # pylint: disable=g-import-not-at-top
-  env = random_py_environment.RandomPyEnvironment(
-      testing.OBSERVATION_SPEC, testing.ACTION_SPEC,
-      episode_end_probability=0.0, min_duration=10_000, max_duration=10_000,
-      seed=seed)
-  policy = testing.make_policy(env, seed)
-  time_step, steps = env.reset(), []
-  for _ in range(count):
-    action = policy.action(time_step)
-    next_time_step = env.step(action.action)
-    steps.append(trajectory.from_transition(time_step, action, next_time_step))
-    time_step = next_time_step
-  return steps
+_long_episode_steps = remote_workers.long_episode_steps
 
 
 def _served_writer(served, checkpoint_dir, **client_kwargs):
@@ -241,7 +217,7 @@ def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path,
   steps = _long_episode_steps(36)
   server, manager, observer = _kill_after_unsaved_items(
       served, checkpoint_dir, steps, write_timeout_s=2.0,
-      reconnect_timeout_s=120.0)
+      reconnect_timeout_s=120.0, resend_bytes=0)  # Counts, no re-send.
   try:
     for step in steps[16:36]:  # Items (16,17).. reference a lost chunk.
       observer(step)
@@ -286,7 +262,8 @@ def _restart_after_a_checkpoint(served, checkpoint_dir, **client_kwargs):
 def test_a_restart_no_write_waited_for_is_counted_at_the_next_flush(
     served, tmp_path):
   manager, observer = _restart_after_a_checkpoint(
-      served, str(tmp_path / 'buffer'), restart_check_s=3600.0)
+      served, str(tmp_path / 'buffer'), restart_check_s=3600.0,
+      resend_bytes=0)
   try:
     assert observer.num_lost_items == 0  # Nothing has noticed yet.
     manager.flush()
@@ -301,7 +278,7 @@ def test_a_restart_no_write_waited_for_is_counted_at_the_next_flush(
 def test_the_periodic_check_counts_a_restart_without_any_call(served,
                                                               tmp_path):
   manager, observer = _restart_after_a_checkpoint(
-      served, str(tmp_path / 'buffer'), restart_check_s=0.5)
+      served, str(tmp_path / 'buffer'), restart_check_s=0.5, resend_bytes=0)
   try:
     _wait_until(lambda: observer.num_lost_items == 6,
                 'the periodic check to count the 6 lost items')
@@ -315,7 +292,8 @@ def test_actor_gives_up_after_reconnect_timeout_and_counts_the_loss(
     served, tmp_path):
   checkpoint_dir = str(tmp_path / 'buffer')
   server, manager, observer = _served_writer(
-      served, checkpoint_dir, write_timeout_s=1.0, reconnect_timeout_s=3.0)
+      served, checkpoint_dir, write_timeout_s=1.0, reconnect_timeout_s=3.0,
+      resend_bytes=0)
   steps = _long_episode_steps(200)
   try:
     for step in steps[:10]:
@@ -354,7 +332,7 @@ def test_actor_gives_up_after_reconnect_timeout_and_counts_the_loss(
 def test_server_restarted_with_other_tables_fails_the_write(served, tmp_path):
   server, manager, observer = _served_writer(
       served, str(tmp_path / 'first'), write_timeout_s=1.0,
-      reconnect_timeout_s=60.0)
+      reconnect_timeout_s=60.0, resend_bytes=0)
   steps = _long_episode_steps(40)
   try:
     for step in steps[:10]:

@@ -1,5 +1,6 @@
-"""A served buffer answers its writers their marks in the checkpoint it
-restored (the first part of re-sending what a restarted server lacks)."""
+"""A served buffer answers its writers their marks in its newest checkpoint,
+and, live, every item of theirs it holds (what re-sending after a restart
+needs)."""
 
 import pytest
 
@@ -42,9 +43,10 @@ def test_a_restarted_server_answers_each_writer_its_restored_marks(
     testing.run_actor(other, 12, seed=2)
     writers = [observer.writer_id, other.writer_id]
     reader = _reader(server)
-    # This instance restored nothing: no marks to answer.
+    # No checkpoint yet: no marks to answer.
     assert reader.call('writer_marks', {'writer_id': writers[0]},
-                       timeout_s=10) == {'checkpoint': None, 'marks': None}
+                       timeout_s=10) == {'checkpoint': None, 'number': None,
+                                         'marks': None}
     reader.close()
     client.close()
   finally:
@@ -59,11 +61,20 @@ def test_a_restarted_server_answers_each_writer_its_restored_marks(
     for writer in writers:
       assert reader.call('writer_marks', {'writer_id': writer},
                          timeout_s=10) == {
-                             'checkpoint': final,
+                             'checkpoint': final, 'number': int(final[-6:]),
                              'marks': {'experience':
                                        marks['experience'][writer]}}
+      live = reader.call('writer_marks', {'writer_id': writer, 'live': True},
+                         timeout_s=30)
+      assert live['checkpoint'] == final  # The one it restored.
+      held = live['held']['experience']['0']
+      assert [held[-1], held.count(held[-1])] == marks['experience'][writer][
+          '0']
     assert reader.call('writer_marks', {'writer_id': '0' * 16},
                        timeout_s=10)['marks'] == {'experience': {}}
+    with pytest.raises(ValueError, match='above must be an integer'):
+      reader.call('writer_marks', {'writer_id': writers[0], 'live': True,
+                                   'above': -1}, timeout_s=10)
     for bad in ('../x', 'ABCDEF0123456789', 7, None):
       with pytest.raises(ValueError,
                          match='writer_id must be 16 lower-case hex'):

@@ -96,6 +96,16 @@ def test_manifest_marks_are_each_writers_last_stored_call(make_manager):
   tables = ['experience', 'triples', 'blocks']
   assert marks == _brute_force_marks(path, layout, tables)
   assert marks == writer_marks.read(path, layout)
+  items = writer_marks.read_items(path, layout)
+  for table in tables:
+    for writer, streams in items[table].items():
+      for stream, seqs in streams.items():
+        assert seqs == sorted(seqs)
+        assert marks[table][writer][stream] == [seqs[-1],
+                                                seqs.count(seqs[-1])]
+  assert len(items['triples'][first.writer_id]['0']) == sum(
+      1 for _ in checkpoint_reader.CheckpointReader(path).items('triples')
+  ) - len(items['triples'][second.writer_id]['0'])
   # The experience table (FIFO of 60) still holds the first observer's last
   # items: its mark is its last call that completed one (a call that starts
   # an episode completes none), numbered from 1.

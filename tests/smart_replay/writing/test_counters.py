@@ -8,7 +8,7 @@ pytestmark = pytest.mark.unit
 
 _KEYS = ['steps', 'env_steps', 'episodes', 'items', 'short_episodes',
          'short_episode_steps', 'long_episodes', 'dropped_episodes', 'lost_steps', 'lost_items',
-         'lost_at_restart', 'reconnects']
+         'lost_at_restart', 'reconnects', 'resent_items']
 
 
 def _counted():
