@@ -357,21 +357,12 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
     if whole:
       done.counted = [a + b for a, b in zip(done.counted, call.counted)]
     for code, stream, table, priority, length in call.ops:
-      if code in _STREAM_OPS:
-        out = streams[stream]
-        if code == APPEND:
-          out.append([c[stream] for c in call.columns] if batched else
-                     list(call.columns))
-        elif code == DEFER:
-          if whole:
-            out.defer(tables[table], priority, length)
-            done.items[tables[table]] = done.items.get(tables[table], 0) + 1
-        elif code == END_CHUNK:
-          out.end_chunk()
-        elif code == END_EPISODE:
-          out.end_episode()
-        else:
-          out.finish_episode()
+      if code == DEFER:
+        if whole:
+          streams[stream].defer(tables[table], priority, length)
+          done.items[tables[table]] = done.items.get(tables[table], 0) + 1
+      elif code in _STREAM_OPS:
+        _stream_op(streams[stream], code, call, stream, batched)
       elif whole and code == BLOCK_ADD:
         blocks.add(call.columns, call.step_types if batched else
                    call.step_types[0], batched=batched)
@@ -383,6 +374,20 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
   if blocks:
     blocks.flush()
   return done
+
+
+def _stream_op(out: Any, code: int, call: Call, stream: int,
+               batched: bool) -> None:
+  """Runs one of a call's stream operations other than DEFER again."""
+  if code == APPEND:
+    out.append([c[stream] for c in call.columns] if batched else
+               list(call.columns))
+  elif code == END_CHUNK:
+    out.end_chunk()
+  elif code == END_EPISODE:
+    out.end_episode()
+  else:
+    out.finish_episode()
 
 
 def count_items(record: Any, columns: Sequence[Dict[str, Any]],
@@ -490,10 +495,7 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
       if code not in _STREAM_OPS:
         continue  # Packed blocks are not made again.
       out = streams[stream]
-      if code == APPEND:
-        out.append([c[stream] for c in call.columns] if batched else
-                    list(call.columns))
-      elif code == DEFER:
+      if code == DEFER:
         name = tables[table]
         key = (stream, name)
         has = _held(key, record.seq, floors=floors, held=held)
@@ -505,12 +507,8 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
           continue
         out.defer(name, priority, length)
         done.items[name] = done.items.get(name, 0) + 1
-      elif code == END_CHUNK:
-        out.end_chunk()
-      elif code == END_EPISODE:
-        out.end_episode()
       else:
-        out.finish_episode()
+        _stream_op(out, code, call, stream, batched)
     _fault_point('resent')
   for out in streams:
     out.flush()

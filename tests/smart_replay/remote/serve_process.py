@@ -23,6 +23,7 @@ import pytest
 
 import smart_replay
 from smart_replay.control import credentials
+from smart_replay.remote import serving_record
 from smart_replay.spec import specs
 from tests import testing
 from tests.smart_replay.remote import in_process_shards
@@ -115,6 +116,36 @@ def served(tmp_path, monkeypatch):
   for server in servers:
     if server.process.poll() is None:
       server.stop(signal.SIGKILL)
+
+
+def served_writer(served, checkpoint_dir, **client_kwargs):
+  """A server on `checkpoint_dir` and a client writing chunks of 4 steps."""
+  server = served(checkpoint_dir=checkpoint_dir)
+  manager, observer = remote_workers.client(server.address, chunk_length=4,
+                                            **client_kwargs)
+  return server, manager, observer
+
+
+def kill_after_unsaved_items(served, checkpoint_dir, steps, **client_kwargs):
+  """A client writes `steps[:10]`, checkpoints, writes `steps[10:16]`
+  (confirmed, not saved), then the server is killed; returns `(server,
+  manager, observer)`."""
+  server, manager, observer = served_writer(served, checkpoint_dir,
+                                            **client_kwargs)
+  try:
+    for step in steps[:10]:
+      observer(step)
+    manager.checkpoint()  # Holds items (1,2)..(9,10).
+    for step in steps[10:16]:
+      observer(step)
+    observer.flush()  # Confirmed by the server, but in no checkpoint.
+    wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
+        'inserts') == 15, 'the server to record its 15 inserts')
+    server.stop(signal.SIGKILL)
+  except BaseException:
+    manager.close()
+    raise
+  return server, manager, observer
 
 
 def newest_checkpoint(checkpoint_dir):

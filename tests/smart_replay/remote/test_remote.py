@@ -14,7 +14,6 @@ import time
 import pytest
 
 import smart_replay
-from smart_replay.remote import serving_record
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
@@ -181,34 +180,8 @@ def test_unreachable_address_fails_within_the_timeout():
 _long_episode_steps = remote_workers.long_episode_steps
 
 
-def _served_writer(served, checkpoint_dir, **client_kwargs):
-  """A server on `checkpoint_dir` and a client writing chunks of 4 steps."""
-  server = served(checkpoint_dir=checkpoint_dir)
-  manager, observer = remote_workers.client(server.address, chunk_length=4,
-                                            **client_kwargs)
-  return server, manager, observer
-
-
-def _kill_after_unsaved_items(served, checkpoint_dir, steps, **client_kwargs):
-  """A client writes `steps[:10]`, checkpoints, writes `steps[10:16]`
-  (confirmed, not saved), then the server is killed; returns `(server,
-  manager, observer)`."""
-  server, manager, observer = _served_writer(served, checkpoint_dir,
-                                             **client_kwargs)
-  try:
-    for step in steps[:10]:
-      observer(step)
-    manager.checkpoint()  # Holds items (1,2)..(9,10).
-    for step in steps[10:16]:
-      observer(step)
-    observer.flush()  # Confirmed by the server, but in no checkpoint.
-    _wait_until(lambda: (serving_record.read(checkpoint_dir) or {}).get(
-        'inserts') == 15, 'the server to record its 15 inserts')
-    server.stop(signal.SIGKILL)
-  except BaseException:
-    manager.close()
-    raise
-  return server, manager, observer
+_served_writer = serve_process.served_writer
+_kill_after_unsaved_items = serve_process.kill_after_unsaved_items
 
 
 def test_actor_waits_through_a_server_restart_mid_episode(served, tmp_path,

@@ -13,7 +13,6 @@ import collections
 import signal
 
 import smart_replay
-from smart_replay.remote import serving_record
 from smart_replay.storage import reader as checkpoint_reader
 from smart_replay.writing import journaling
 from tests import testing
@@ -41,26 +40,16 @@ def _final_checkpoint(server):
 
 def _restart_mid_episode(served, tmp_path, caplog):
   """A client writes 10 steps of one long episode, checkpoints, writes 6
-  more (confirmed, not saved) and the server is killed; 20 more steps are
-  written while it is down, and it is started again while the client's
-  flush waits for it. Returns `(server, manager, observer, steps)`."""
+  more (confirmed, not saved) and the server is killed
+  (`serve_process.kill_after_unsaved_items`); 20 more steps are written
+  while it is down, and it is started again while the client's flush waits
+  for it. Returns `(server, manager, observer, steps)`."""
   checkpoint_dir = str(tmp_path / 'buffer')
-  server = served(checkpoint_dir=checkpoint_dir)
-  manager, observer = remote_workers.client(
-      server.address, chunk_length=4, write_timeout_s=2.0,
-      reconnect_timeout_s=120.0)
   steps = remote_workers.long_episode_steps(36)
+  server, manager, observer = serve_process.kill_after_unsaved_items(
+      served, checkpoint_dir, steps, write_timeout_s=2.0,
+      reconnect_timeout_s=120.0)
   try:
-    for step in steps[:10]:
-      observer(step)
-    manager.checkpoint()  # Holds items (1,2)..(9,10).
-    for step in steps[10:16]:
-      observer(step)
-    observer.flush()  # Confirmed by the server, but in no checkpoint.
-    serve_process.wait_until(
-        lambda: (serving_record.read(checkpoint_dir) or {}).get(
-            'inserts') == 15, 'the server to record its 15 inserts')
-    server.stop(signal.SIGKILL)
     for step in steps[16:36]:  # Sent again by Reverb after the restart.
       observer(step)
     with futures.ThreadPoolExecutor(1) as pool:
