@@ -59,6 +59,7 @@ class ShardedBackend(base.Backend):
     location: the shards' addresses and this client's `actor_id`.
     timeouts: `connect_timeout_s` and `checkpoint_timeout_s` are used.
   """
+  resends = True  # Its observers send again what a restart of their shard lost.
 
   def __init__(self, data_spec: Any, *, shape: options.BufferShape,
                location: options.RemoteBuffer, timeouts: options.Timeouts):
@@ -246,6 +247,13 @@ class ShardedBackend(base.Backend):
   def writer_server(self) -> int:
     """The shard the observers write to."""
     return self.writer_shard
+
+  def writer_marks(self, writer_id: str, *, live: bool = False,
+                   above: int = 0) -> Dict[str, Any]:
+    """What the writer shard has of one writer's items (the only shard this
+    client's observers write to); see `RemoteBackend.writer_marks`."""
+    return self._shards[self.writer_shard].writer_marks(
+        writer_id, live=live, above=above)
 
   def check_servers(self, timeout_s: float
                     ) -> List[instances_lib.Change]:

@@ -179,6 +179,12 @@ class RemoteBuffer:
     control_tls_key_file: its private key.
     starter_dir: a starter buffer served read-only in this process (not on
       the servers), for this client's `get_dataset(starter_fraction=...)`.
+    journal_dir: a folder on this client's machine where its observers keep
+      what they sent (instead of memory, `WriteOptions.resend_bytes`),
+      synced as `WriteOptions.journal` says ('auto': every second): a
+      client started again with the same folder (after its own crash, or
+      its machine's) sends what the server lacks of it. One manager uses it
+      at a time. None: memory only.
 
   Raises:
     ValueError: if an address is not 'host:port', `restart_check_s` is not
@@ -193,6 +199,7 @@ class RemoteBuffer:
   control_tls_cert_file: Optional[str] = None
   control_tls_key_file: Optional[str] = None
   starter_dir: Optional[str] = None
+  journal_dir: Optional[str] = None
 
   def __post_init__(self):
     addresses = self.server_address
@@ -215,7 +222,7 @@ class RemoteBuffer:
     checks.positive('restart_check_s', self.restart_check_s)
     for name in ('control_token_file', 'control_tls_ca_file',
                  'control_tls_cert_file', 'control_tls_key_file',
-                 'starter_dir'):
+                 'starter_dir', 'journal_dir'):
       value = getattr(self, name)
       if value is not None and (not isinstance(value, (str, os.PathLike))
                                 or not str(value)):
@@ -269,7 +276,7 @@ class WriteOptions:
     resend_bytes: a client-mode observer of one server keeps up to this
       many bytes of what it sent (the calls, as a journal records them),
       to send again what a restart of the server from an older checkpoint
-      lost (`TrajectoryObserver.resend`; packed layouts without a frame
+      lost (`resending.Resender.resend`; packed layouts without a frame
       stack or packed items); what no longer fits is counted as lost if a
       restart needs it.
       0: keep nothing (the loss is counted by time, a lower bound).

@@ -178,7 +178,7 @@ class Reporting:
     Read from an exact snapshot (this manager's own observers pause
     meanwhile; Reverb writes the tables to disk, so it costs about as much
     as `checkpoint()`). A served buffer answers its remote writers with it
-    after a restart (`TrajectoryObserver.resend`).
+    after a restart (`resending.Resender.resend`).
 
     Returns:
       `{table: {writer_id: {stream: [seq, ...]}}}`, sorted, a seq once per

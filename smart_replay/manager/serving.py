@@ -6,8 +6,6 @@ backend started (`backends.base.Started`) into the running buffer (replay
 buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
-import functools
-import secrets
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -21,12 +19,11 @@ from smart_replay.backends import starter as starter_lib
 from smart_replay.manager import journals as journals_lib
 from smart_replay.manager import manager_options
 from smart_replay.manager import replay_buffer as replay_buffer_lib
+from smart_replay.manager import sent_records
 from smart_replay.manager import state as state_lib
 from smart_replay.manager import watch
 from smart_replay.server import checkpointer as checkpointer_lib
 from smart_replay.storage import coordinated_records
-from smart_replay.storage import retained as retained_lib
-from smart_replay.writing import journaling
 from smart_replay.writing import observer as observer_lib
 
 Started = Tuple[replay_buffer_lib.ManagedReplayBuffer,
@@ -57,6 +54,8 @@ class Serving:
     self._journals = journals_lib.Journals(
         local.checkpoint_dir if local else None, options.writes.journal,
         bound_steps=options.shape.capacity)
+    self._sent = sent_records.SentRecords(
+        options.writes, None if local else options.location.journal_dir)
     self._bound_stop = threading.Event()
     self._bound_thread: Optional[threading.Thread] = None
     # The `extra` of the last checkpoint the user took (or loaded), which
@@ -122,6 +121,7 @@ class Serving:
         running.counts.reset()
       for item in todo:
         self._replay(item)
+    self._sent.start()
     self.make_observer(num_envs=options.writes.num_envs)
     if self._journals.enabled:
       self._bound_stop.clear()
@@ -168,39 +168,30 @@ class Serving:
     """An observer of the running buffer, with a journal of its own if
     `journal` and the buffer journals."""
     tables = list(running.config.tables)
-    kept = journal and (self._journals.new_journal(
-        layout=running.config.step_layout,
-        data_spec=self._options.data_spec, num_envs=num_envs,
-        tables=[t.name for t in tables]) or self._retained(
-            running, num_envs=num_envs, tables=[t.name for t in tables]))
-    return observer_lib.TrajectoryObserver(
+    names = [t.name for t in tables]
+    layout = running.config.step_layout
+    kept = journal and self._journals.new_journal(
+        layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
+        tables=names)
+    sent, adopted = (None, False) if kept or not journal else self._sent.new(
+        # Items of a frame stack reference cells before their first step;
+        # blocks are not made again.
+        usable=self._backend.resends and layout.writer_ids and
+        not layout.lookback and all(t.block_length is None for t in tables),
+        layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
+        tables=names)
+    obs = observer_lib.TrajectoryObserver(
         running.client, tables=tables, data_spec=self._options.data_spec,
         layout=running.config.step_layout, writes=self._options.writes,
         timeouts=self._options.timeouts, num_envs=num_envs,
         priority=priority, priorities=running.counts.priorities,
         lock=self._state.lock,
         wake=self._watcher.wake if self._watcher else None,
-        journal=kept or None)
-
-  def _retained(self, running: state_lib.Running, *, num_envs: Optional[int],
-                tables: List[str]) -> Optional[retained_lib.RetainedRecords]:
-    """What a client-mode observer keeps of what it sent, to send it again
-    after a restart of the server (`TrajectoryObserver.resend`), or None
-    where it cannot: another mode, a layout without writer ids, a frame
-    stack (items reference cells before their first step), tables of
-    packed items (blocks are not made again), or `resend_bytes=0`."""
-    layout = running.config.step_layout
-    max_bytes = self._options.writes.resend_bytes
-    if not (self._backend.resends and layout.writer_ids and max_bytes and
-            not layout.lookback and not any(
-                t.block_length is not None for t in running.config.tables)):
-      return None
-    meta = journaling.journal_meta(layout, self._options.data_spec,
-                                   num_envs=num_envs, tables=tables)
-    return retained_lib.RetainedRecords(
-        writer_id=f'{secrets.randbits(63) | 1:016x}', meta=meta,
-        max_bytes=max_bytes, count_items=functools.partial(
-            journaling.count_items, columns=meta['columns'], tables=tables))
+        journal=kept or sent or None, keeps_sent=bool(sent))
+    if adopted:  # What it kept before this client started, before a step.
+      with self._state.lock:
+        watch.resend(obs, self._backend)
+    return obs
 
   def _replay(self, item: journals_lib.ToReplay) -> None:
     """Runs a journal again above its mark through an observer of its own
@@ -370,6 +361,7 @@ class Serving:
     if running is not None and running.starter is not None:
       running.starter.close()
     self._backend.stop()
+    self._sent.close()
 
   def _stop_watch(self) -> None:
     """Stops the watcher (before the lock is taken: a check may be waiting

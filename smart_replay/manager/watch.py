@@ -45,13 +45,16 @@ def after_restart(state: state_lib.State, backend: backend_lib.Backend,
   what it sent sends again what the server lacks; the others count what
   the restart lost.
 
-  An observer that keeps what it sent (`TrajectoryObserver.retains`) is
+  A restore someone asked for (a reload, a coordinated restore) is not
+  undone: observers count what it lost, and those that keep what they sent
+  let go of it (`resending.Resender.forget_sent`). After a restart, an
+  observer that keeps what it sent (`TrajectoryObserver.retains`) is
   flushed (every item it made is then stored or lost, none on its way),
   asks the server what it holds of its items now (`Backend.writer_marks`,
   an exact snapshot) and sends again the items above that
-  (`TrajectoryObserver.resend`), all under the manager's lock, so that no
+  (`resending.Resender.resend`), all under the manager's lock, so that no
   new step comes between. A re-send that fails (the server went down
-  again) is tried again at the next check (`resend_pending`).
+  again) is tried again at the next check (`Resender.pending`).
 
   Args:
     state: the manager's state.
@@ -61,51 +64,56 @@ def after_restart(state: state_lib.State, backend: backend_lib.Backend,
   """
   running = state.running
   if instance is None and not any(
-      o.resend_pending for o in (running.observers if running else ())):
+      o.resender and o.resender.pending
+      for o in (running.observers if running else ())):
     return
   with state.lock:
     running = state.running
     for observer in running.observers if running else ():
-      if observer.retains:
-        if instance is not None or observer.resend_pending:
-          _resend(observer, backend)
+      requested = instance is not None and instance.get('restored_on_request')
+      if observer.retains and not requested:
+        if instance is not None or observer.resender.pending:
+          resend(observer, backend)
       elif instance is not None:
         observer.count_restart_loss(instance.get('restored_save_started'),
                                     instance.get('started_unix'))
+        if observer.retains:  # The buffer is to be as that checkpoint was.
+          observer.resender.forget_sent()
 
 
 def prune(state: state_lib.State, backend: backend_lib.Backend) -> None:
   """Lets each observer that keeps what it sent go of what the server's
-  newest checkpoint holds (`TrajectoryObserver.prune`); a server that does
+  newest checkpoint holds (`resending.Resender.prune`); a server that does
   not answer is asked again at the next check."""
   running = state.running
   for observer in list(running.observers) if running else ():
-    if not observer.retains or observer.resend_pending:
+    if not observer.retains or observer.resender.pending:
       continue
     try:
-      observer.prune(backend.writer_marks(observer.writer_id))
+      observer.resender.prune(backend.writer_marks(observer.writer_id))
     except errors.SmartReplayError as e:
       logging.info('Asking the server at %s for the marks of writer %s '
                    'failed (%s); asked again at the next check.',
                    backend.where, observer.writer_id, e)
 
 
-def _resend(observer: Any, backend: backend_lib.Backend) -> None:
-  """Flushes an observer and sends again what the server lacks; a failure
-  leaves it pending (logged)."""
-  observer.resend_pending = True
+def resend(observer: Any, backend: backend_lib.Backend) -> None:
+  """Flushes an observer and sends again what the server lacks (call it
+  with the manager's lock held); a failure leaves it pending (logged), for
+  the next check."""
+  resender = observer.resender
+  resender.pending = True
   try:
     observer.flush()
-    observer.resend(backend.writer_marks(
-        observer.writer_id, live=True, above=observer.resend_floor()))
-    observer.resend_done(backend.writer_marks(observer.writer_id)['number'])
+    resender.resend(backend.writer_marks(
+        observer.writer_id, live=True, above=resender.floor()))
+    resender.resend_done(backend.writer_marks(observer.writer_id)['number'])
   except errors.SmartReplayError as e:
     logging.warning(
         'Sending again what the restarted server at %s lacks of writer %s '
         'failed (%s: %s); it is tried again at the next check.',
         backend.where, observer.writer_id, type(e).__name__, e)
     return
-  observer.resend_pending = False
 
 
 class Watcher:

@@ -311,7 +311,7 @@ class ReplayServer:
                               time.monotonic())
       self._instance.update(serving_record.describe_instance(
           restored_checkpoint=loaded, restart_loss=self._restart_loss,
-          restored_manifest=self._manager.loaded_manifest))
+          restored_manifest=self._manager.loaded_manifest, on_request=True))
       self._last_log = (time.monotonic(), self._manager.stats())
       if failure:
         raise failure

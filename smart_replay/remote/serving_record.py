@@ -172,26 +172,30 @@ def _save_started(manifest: Optional[Dict[str, Any]]) -> Optional[float]:
 
 def describe_instance(*, restored_checkpoint: Optional[str],
                       restored_manifest: Optional[Dict[str, Any]],
-                      restart_loss: Optional[Dict[str, Any]]
-                      ) -> Dict[str, Any]:
+                      restart_loss: Optional[Dict[str, Any]],
+                      on_request: bool = False) -> Dict[str, Any]:
   """Who a serving process is, for clients that reconnect after a restart.
 
-  Items a client had confirmed after the restored save began are lost.
+  Items a client had confirmed after the restored save began are lost;
+  after a restart, client observers that keep what they sent send it
+  again, but not after a restore someone asked for (`on_request`: the
+  buffer is to be as that checkpoint was).
 
   Args:
     restored_checkpoint: the checkpoint this process resumed, or None.
     restored_manifest: its manifest, or None.
     restart_loss: `serving_record.lost_since` at start-up, or None.
+    on_request: the restore was asked for (a reload), not a restart.
 
   Returns:
     `{'id', 'started_unix', 'restored_checkpoint', 'restored_save_started',
-    'restart_loss'}` with a fresh random id.
+    'restart_loss', 'restored_on_request'}` with a fresh random id.
   """
   return {'id': uuid.uuid4().hex, 'started_unix': time.time(),
           'restored_checkpoint': restored_checkpoint,
           'restored_save_started': _save_started(
               restored_manifest if restored_checkpoint else None),
-          'restart_loss': restart_loss}
+          'restart_loss': restart_loss, 'restored_on_request': on_request}
 
 
 def log_restart_loss(loss: Optional[Dict[str, Any]],

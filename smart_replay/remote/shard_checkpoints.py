@@ -26,6 +26,7 @@ from smart_replay.remote import handlers
 from smart_replay.remote import requests
 from smart_replay.control import server as control_server
 from smart_replay.control import protocol
+from smart_replay.server import checkpointer
 from smart_replay.storage import coordinated_records
 from smart_replay.storage import checkpoint_folders
 
@@ -78,7 +79,9 @@ def coordination_handlers(shard: Shard) -> Dict[str, control_server.Handler]:
     with shard.spacing.spaced():
       path = shard.checkpoint(
           extra=extra, reason=f'coordinated checkpoint {coordinated_id}')
-    return {'path': path, 'counts': checkpoint_folders.read_manifest(path)['counts']}
+    counts = checkpoint_folders.read_manifest(path)['counts']
+    counts.pop(checkpointer.WRITER_MARKS_KEY, None)  # Each shard keeps its own.
+    return {'path': path, 'counts': counts}
 
   def commit(request: Dict[str, Any]) -> Dict[str, Any]:
     record = request.get('record')

@@ -259,6 +259,31 @@ class JournalWriter:
       if self._offset > self._header_bytes:
         self._open_segment(self._written_seq + 1)
 
+  # What a client's observer needs to send its calls again after a restart
+  # of its server (`resending.Resender.resend`), as `retained.
+  # RetainedRecords` offers it: a journal drops no record for memory.
+  dropped = ()
+
+  @property
+  def dropped_through(self) -> int:
+    """Every record up to here was dropped (its segments deleted)."""
+    with self._io:
+      paths = segments_lib.segments(self.folder).get(self.writer_id, [])
+      return (paths[0][0] if paths else self._next_seq) - 1
+
+  def contents(self) -> segments_lib.JournalContents:
+    """The records this journal holds, read back (after writing what was
+    appended to the OS)."""
+    self.flush()
+    contents = segments_lib.read(self.folder, self.writer_id)
+    contents.meta = contents.meta or self._meta
+    return contents
+
+  def drop_through(self, seq: int) -> int:
+    """Deletes the segments whose records all come up to `seq` (see
+    `drop_before`); returns the bytes freed."""
+    return self.drop_before(seq + 1)
+
   def drop_before(self, seq: int) -> int:
     """Deletes this writer's segments whose records all come before `seq`
     (never the open one).

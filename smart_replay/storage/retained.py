@@ -3,7 +3,7 @@
 A writer whose server may restart from an older checkpoint keeps every call
 it made (`writing.journaling` records, numbered as a journal numbers them) in
 `RetainedRecords`, in memory, so that it can send again what the restarted
-server lacks (`TrajectoryObserver.resend`). It offers the part of
+server lacks (`resending.Resender.resend`). It offers the part of
 `JournalWriter`'s interface an observer's `CallLog` uses (`append`,
 `next_seq`, `check`, `flush`, `close`), and `contents()` for replay.
 

@@ -12,7 +12,7 @@ that wrote it; an item is known by the ids of its last step. Two readings:
   as nothing was sent again out of order; a manifest records them.
 * `read_items`: every item each writer has there, by its last call, for a
   writer that sends again what a restarted server lacks
-  (`TrajectoryObserver.resend`): the items its old connection sent again by
+  (`resending.Resender.resend`): the items its old connection sent again by
   itself after the restart are there, out of order.
 
 Reading costs one pass over `items.tfrecord` and the decoding of the chunks

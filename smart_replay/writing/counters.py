@@ -73,7 +73,7 @@ class Counters:
     lost_at_restart: confirmed items that a restart of the server lost.
     reconnects: times the server came back while a write waited for it.
     resent_items: items sent again to a server restarted from an older
-      checkpoint (`TrajectoryObserver.resend`).
+      checkpoint (`resending.Resender.resend`).
   """
   steps: int = 0
   env_steps: int = 0

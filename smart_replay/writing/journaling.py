@@ -47,7 +47,7 @@ FORMAT = 1
 # Operations (their codes in a record).
 APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE = 1, 2, 3, 4, 5
 BLOCK_ADD, BLOCK_END_EPISODE = 6, 7
-_STREAM_OPS = (APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE)
+STREAM_OPS = (APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE)
 _HEADER = struct.Struct('<BBHIII')
 _OP = struct.Struct('<BHHdI')
 
@@ -361,8 +361,8 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
         if whole:
           streams[stream].defer(tables[table], priority, length)
           done.items[tables[table]] = done.items.get(tables[table], 0) + 1
-      elif code in _STREAM_OPS:
-        _stream_op(streams[stream], code, call, stream, batched)
+      elif code in STREAM_OPS:
+        run_stream_op(streams[stream], code, call, stream, batched)
       elif whole and code == BLOCK_ADD:
         blocks.add(call.columns, call.step_types if batched else
                    call.step_types[0], batched=batched)
@@ -376,8 +376,8 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
   return done
 
 
-def _stream_op(out: Any, code: int, call: Call, stream: int,
-               batched: bool) -> None:
+def run_stream_op(out: Any, code: int, call: Call, stream: int,
+                  batched: bool) -> None:
   """Runs one of a call's stream operations other than DEFER again."""
   if code == APPEND:
     out.append([c[stream] for c in call.columns] if batched else
@@ -390,161 +390,9 @@ def _stream_op(out: Any, code: int, call: Call, stream: int,
     out.finish_episode()
 
 
-def count_items(record: Any, columns: Sequence[Dict[str, Any]],
-                tables: Sequence[str]) -> Dict[Tuple[int, str], int]:
-  """The items a record made, per stream and table.
-
-  Args:
-    record: a record (`seq`, `kind`, `payload`).
-    columns: the journal meta's `describe_columns`.
-    tables: the tables' names, in the order records index them.
-
-  Returns:
-    `{(stream, table): items}` (empty for a record that is not a call).
-  """
-  if record.kind != CALL:
-    return {}
-  counts = collections.Counter()
-  for code, stream, table, _, _ in decode(record.payload, columns).ops:
-    if code == DEFER:
-      counts[(stream, tables[table])] += 1
-  return dict(counts)
-
-
-@dataclasses.dataclass
-class Resent:
-  """What `resend` did.
-
-  Attributes:
-    records: records run (from the oldest kept, or the last `clear()`).
-    items: items made again, per table.
-    lost: items above the marks that could not be made again (a step they
-      hold was no longer kept), per table.
-  """
-  records: int = 0
-  items: Dict[str, int] = dataclasses.field(default_factory=dict)
-  lost: Dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-Floors = Dict[Tuple[int, str], Tuple[int, int]]
-Held = Dict[Tuple[int, str], Dict[int, int]]
-
-
-def _held(key: Tuple[int, str], seq: int, *, floors: Floors,
-          held: Held) -> int:
-  """How many items of `key` ending at call `seq` the server holds or let go
-  of: all those below the floor, the floor's count at it (or more, if it
-  holds more), else those it holds now."""
-  floor_seq, floor_items = floors.get(key, (0, 0))
-  if seq < floor_seq:
-    return -1  # All.
-  now = held.get(key, {}).get(seq, 0)
-  return max(floor_items, now) if seq == floor_seq else now
-
-
-def resend(contents: journal_segments.JournalContents, *, floors: Floors,
-           held: Held, streams: Sequence[Any], tables: Sequence[str],
-           batched: bool) -> Resent:
-  """Makes again the items a server lacks, from a writer's kept records.
-
-  Every step of the records is appended again (the context later items
-  reference). Of the items of stream `s` and table `t` ending at call `n`,
-  those the server has are skipped: every one below the floor `(seq,
-  items)` of `(s, t)` (the restored checkpoint holds, or has let go of,
-  them), at the floor its `items` first ones (or as many as it holds now, if
-  more), above it as many as it holds now (`held`: items the writer's old
-  connection sent again by itself after the restart, and new ones); the
-  rest are made again, in order. Packed tables (blocks) are not made again
-  here, nor items of a frame-stacked layout (their cells before the first
-  step).
-
-  Args:
-    contents: the writer's kept records (`storage.retained`).
-    floors: `{(stream, table): (seq, items)}`; missing: `(0, 0)`.
-    held: `{(stream, table): {seq: items}}` the server holds now above
-      (and at) the floors.
-    streams: fresh `StreamWriter`s, one per stream of the writer.
-    tables: the tables' names, in the order the records index them.
-    batched: whether the writer took batches (`num_envs`).
-
-  Returns:
-    What was made again; the writers are flushed.
-
-  Raises:
-    ValueError: if a record does not decode.
-    WaitTimeoutError, ServerUnavailableError, WriteFailedError: as the
-      streams' writes.
-  """
-  columns_meta = contents.meta['columns']
-  records = contents.records
-  cleared = [i for i, r in enumerate(records) if r.kind == CLEAR]
-  if cleared:  # Items before a clear() are not the server's to hold.
-    records = records[cleared[-1] + 1:]
-  done = Resent()
-  for record in records:
-    done.records += 1
-    if record.kind == FLUSH:
-      for out in streams:
-        out.flush()
-      continue
-    if record.kind != CALL:
-      continue
-    call = decode(record.payload, columns_meta)
-    skipped = collections.Counter()  # Items of this call the server has.
-    for code, stream, table, priority, length in call.ops:
-      if code not in _STREAM_OPS:
-        continue  # Packed blocks are not made again.
-      out = streams[stream]
-      if code == DEFER:
-        name = tables[table]
-        key = (stream, name)
-        has = _held(key, record.seq, floors=floors, held=held)
-        if has < 0 or skipped[key] < has:
-          skipped[key] += 1
-          continue
-        if len(out.history) < length:  # Its first steps are gone.
-          done.lost[name] = done.lost.get(name, 0) + 1
-          continue
-        out.defer(name, priority, length)
-        done.items[name] = done.items.get(name, 0) + 1
-      else:
-        _stream_op(out, code, call, stream, batched)
-    _fault_point('resent')
-  for out in streams:
-    out.flush()
-  return done
-
-
-def lost_in_dropped(dropped: Sequence[Any], *, dropped_through: int,
-                    floors: Floors, held: Held
-                    ) -> Tuple[Dict[str, int], bool]:
-  """Items the server lacks that were in records no longer kept.
-
-  Args:
-    dropped: summaries of records dropped for memory
-      (`retained.Dropped`), oldest first.
-    dropped_through: every record up to here was dropped.
-    floors, held: as `resend` takes them.
-
-  Returns:
-    `({table: items}, exact)`: `exact` is False when some dropped records
-    above a floor left no summary (the count is then a lower bound).
-  """
-  lost = collections.Counter()
-  for summary in dropped:
-    for key, items in summary.items.items():
-      has = _held(key, summary.seq, floors=floors, held=held)
-      if has >= 0:
-        lost[key[1]] += max(0, items - has)
-  first = dropped[0].seq if dropped else dropped_through + 1
-  lowest = min((seq for seq, _ in floors.values()), default=0)
-  exact = first <= lowest + 1 or dropped_through == 0
-  return dict(lost), exact
-
-
 def _fault_point(step: str) -> None:
   """A named step of replaying a journal: 'replayed', after each record
-  (`replay`); 'resent', after each record `resend` ran.
+  (`replay`); 'resent', after each record `resending.resend` ran.
 
   Does nothing; durability tests replace it to kill the process there.
   """

@@ -15,8 +15,6 @@ completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
 `block_writer.BlockWriter` writes the tables of packed items.
 """
 
-import collections
-import dataclasses
 import os
 import secrets
 import threading
@@ -42,6 +40,7 @@ from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
 from smart_replay.writing import journaling
 from smart_replay.writing import planner as planner_lib
+from smart_replay.writing import resending
 from smart_replay.writing import settings as settings_lib
 from smart_replay.writing import writer as writer_lib
 
@@ -78,6 +77,9 @@ class TrajectoryObserver:
       it and the number of the call that wrote the step (its journal
       record), which checkpoints read back as marks (`storage.
       writer_marks`).
+    resender: sends again what a restarted server lacks of this
+      observer's items (`resending.Resender`), if its journal keeps what it
+      sent (`keeps_sent`); else None.
 
   Args:
     client: a `reverb.Client` of the server holding the tables.
@@ -113,9 +115,11 @@ class TrajectoryObserver:
       `count_restart_loss`); None: nobody to tell.
     journal: a write-ahead journal (`storage.journal.JournalWriter`, made
       with `journaling.journal_meta`), or the records a remote writer
-      keeps in memory (`storage.retained.RetainedRecords`, see `resend`):
-      each call is recorded in it (`journaling`), and the observer closes
-      it; None: none.
+      keeps in memory (`storage.retained.RetainedRecords`): each call is
+      recorded in it (`journaling`), and the observer closes it; None:
+      none.
+    keeps_sent: the journal keeps what this observer sent to a server that
+      may restart from an older checkpoint, to send it again (`resender`).
 
   Step types (FIRST=0, MID=1, LAST=2 only, in `step_type` and
   `next_step_type`) and integer fields outside their bounds are always
@@ -137,7 +141,8 @@ class TrajectoryObserver:
                lock: Optional[threading.RLock] = None,
                wake: Optional[threading.Event] = None,
                journal: Union[journal_lib.JournalWriter,
-                     retained_lib.RetainedRecords, None] = None):
+                     retained_lib.RetainedRecords, None] = None,
+               keeps_sent: bool = False):
     _check_arguments(tables, num_envs=num_envs, priority=priority)
     writes = writes or options.WriteOptions()
     timeouts = timeouts or options.Timeouts()
@@ -182,7 +187,6 @@ class TrajectoryObserver:
         counters=self._counters, confirmations=self.confirmations,
         reconnected=wake, num_columns=self._layout.num_columns,
         cells=self._layout.cells)
-    self._settings = settings
     # What each call does goes to the journal, if there is one.
     self._log = journal and journaling.CallLog(
         journal, tables=self.table_names, keep_alive=keep_alive,
@@ -204,22 +208,18 @@ class TrajectoryObserver:
     self._writer_key = int(self.writer_id, 16)
     self._calls = 0  # Calls that wrote steps, without a journal.
     self._stamp = self._layout.stamp_ids
-    # A mark for every stream and table of steps lets `resend` drop what
-    # the server holds.
-    self._expected_marks = (num_envs or 1) * len(step_tables)
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and block_writer.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
         num_streams=num_envs or 1, cells=self._layout.cells)
     self._closed = False
-    # A re-send after a restart of the server failed; the manager's watcher
-    # tries it again (`manager.watch.after_restart`).
-    self.resend_pending = False
-    # Per (stream, table), `(seq, items)` below which the server has every
-    # item, or let it go (`resend`); checkpoints numbered from `_safe_from`
-    # on may give new floors.
-    self._floors: Dict[Any, Any] = {}
-    self._safe_from: float = 0
+    # Sends again what a restarted server lacks (`resending`), if the
+    # journal keeps what this observer sent.
+    self.resender = self._log and keeps_sent and resending.Resender(
+        log=self._log, settings=settings, counters=self._counters,
+        lock=self._lock, tables=self.table_names,
+        step_tables=[t.name for t in step_tables],
+        num_streams=num_envs or 1, batched=num_envs is not None) or None
 
   table_names = property(lambda self: [t.name for t in self._tables],
                          doc='The tables this observer writes to.')
@@ -518,128 +518,11 @@ class TrajectoryObserver:
         self._counters.items[table] += count
     return done
 
-  @property
-  def retains(self) -> bool:
-    """Whether this observer keeps what it sent in memory
-    (`storage.retained.RetainedRecords`), to send it again to a restarted
-    server (`resend`)."""
-    return bool(self._log) and isinstance(self._log.journal,
-                                          retained_lib.RetainedRecords)
-
-  def resend_floor(self) -> int:
-    """The oldest call a re-send may need to know about (`resend`'s
-    `above`): the lowest of this observer's floors."""
-    with self._lock:
-      return min((seq for seq, _ in self._floors.values()), default=0)
-
-  def resend(self, answer: Dict[str, Any]) -> journaling.Resent:
-    """Sends again what a restarted server lacks of this observer's items.
-
-    Call it with the lock held, after `flush()` (every item this observer
-    made is then stored or lost; none is still on its way), with what the
-    server has now (`Backend.writer_marks(live=True)`): its restored
-    checkpoint's marks and every item of this writer it holds above them.
-    Every item it lacks that this observer still keeps is made again, in
-    order, on writers of its own (`journaling.resend`). Items it lacks that
-    are no longer kept are counted in `num_lost_items` and
-    `num_lost_at_restart`, exactly (logged "at least" when even their
-    summaries are gone).
-
-    The restored checkpoint's marks are the floors below which the server
-    has everything (or let it go), unless that checkpoint may have been
-    written while an earlier re-send was under way (numbered below
-    `resend_done`'s bound): the earlier floors stay then.
-
-    Args:
-      answer: `{'number': the restored checkpoint's number or None,
-        'marks': {table: {stream: [seq, items]}} or None, 'held': {table:
-        {stream: [seq, ...]}}}`.
-
-    Returns:
-      What was sent again (`journaling.Resent`).
-
-    Raises:
-      ManagerStateError: if this observer keeps nothing (`retains`).
-      WaitTimeoutError, ServerUnavailableError, WriteFailedError: as
-        `__call__` (nothing is counted; call it again once the server
-        answers).
-    """
-    if not self.retains:
-      raise errors.ManagerStateError(
-          'this observer keeps nothing to send again (it writes to an '
-          'in-process server, or its layout stores no writer ids).')
-    with self._lock:
-      number, marks = answer.get('number'), answer.get('marks')
-      if marks is not None and number is not None and (
-          number >= self._safe_from):
-        self._floors = _keyed(marks, lambda mark: (int(mark[0]),
-                                                   int(mark[1])))
-      floors = self._floors
-      self._safe_from = float('inf')  # Until this re-send is done.
-      held = _keyed(answer.get('held') or {},
-                    lambda seqs: dict(collections.Counter(seqs)))
-      kept = self._log.journal
-      counters = counters_lib.Counters.for_tables(self.table_names, [])
-      settings = dataclasses.replace(
-          self._settings, counters=counters, reconnected=None,
-          confirmations=confirmations_lib.ConfirmationLog())
-      streams = [writer_lib.StreamWriter(settings)
-                 for _ in range(self._num_envs or 1)]
-      try:
-        done = journaling.resend(
-            kept.contents(), floors=floors, held=held, streams=streams,
-            tables=self.table_names, batched=self._num_envs is not None)
-      finally:
-        for out in streams:
-          out.close()
-      dropped, exact = journaling.lost_in_dropped(
-          kept.dropped, dropped_through=kept.dropped_through, floors=floors,
-          held=held)
-      lost = sum(done.lost.values()) + sum(dropped.values())
-      self._counters.resent_items += sum(done.items.values())
-      self._counters.lost_items += lost
-      self._counters.lost_at_restart += lost
-    logging.info(
-        'Sent %s item(s) again to the restarted server at %s (writer %s; '
-        '%d record(s) run)%s.', done.items or 0,
-        self._client.server_address, self.writer_id, done.records,
-        f'; {"" if exact else "at least "}{lost} item(s) it lacks were no '
-        'longer kept (counted in num_lost_items)' if lost else '')
-    return done
-
-  def resend_done(self, newest: Optional[int]) -> None:
-    """Records that a re-send is complete, once the server's newest
-    checkpoint (`newest`, its number, or None) is known: a checkpoint
-    numbered 2 or more above it began after the re-send and holds it, so
-    its marks may become floors (`resend`, `prune`)."""
-    with self._lock:
-      self._safe_from = (newest or 0) + 2
-
-  def prune(self, answer: Dict[str, Any]) -> int:
-    """Lets go of kept calls the server's newest checkpoint holds.
-
-    Args:
-      answer: `Backend.writer_marks()` (not live): `{'number', 'marks'}`.
-
-    Returns:
-      The calls let go of (none while a re-send is not done, or when the
-      checkpoint is older than the last re-send, or lacks a mark of some
-      stream and table: items that might still need them as floors).
-    """
-    number, marks = answer.get('number'), answer.get('marks')
-    with self._lock:
-      if not self.retains or marks is None or number is None or (
-          number < self._safe_from):
-        return 0
-      floors = _keyed(marks, lambda mark: (int(mark[0]), int(mark[1])))
-      self._floors = floors
-      if len(floors) < self._expected_marks:
-        return 0
-      # Each stream's steps are kept from its oldest floor on, and from
-      # the oldest step a later item may reference.
-      lowest = min(seq for seq, _ in floors.values())
-      return self._log.journal.drop_through(
-          min(lowest - 1, self._log.keep_from() - 1))
+  retains = property(
+      lambda self: self.resender is not None,
+      doc='Whether this observer keeps what it sent (in memory, or in a '
+      'journal folder of its client), to send it again to a restarted '
+      'server (`resender`).')
 
   def reset_counters(self) -> None:
     """Sets every counter of this observer back to zero."""
@@ -664,14 +547,6 @@ class TrajectoryObserver:
         for table, count in out.pending_items().items():
           pending[table] += count
       return pending
-
-
-def _keyed(per_table: Dict[str, Dict[str, Any]], value: Any
-           ) -> Dict[Any, Any]:
-  """`{table: {stream: v}}` as `{(stream, table): value(v)}`."""
-  return {(int(stream), table): value(v)
-          for table, streams in per_table.items()
-          for stream, v in streams.items()}
 
 
 def _check_arguments(tables: Sequence[Any], *, num_envs: Optional[int],

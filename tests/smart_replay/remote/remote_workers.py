@@ -205,3 +205,24 @@ def resending_actor(address, seed, steps, halfway, restarted, results):
   results.put((seed, [testing.item_fingerprint(i) for i in items],
                observer.counters()))
   manager.close()
+
+
+def journaled_actor(address, journal_dir, seed, steps, go, results):
+  """An actor keeping what it sends in `journal_dir` (synced at each flush):
+  writes `steps` steps and flushes, reports `('written', fingerprints of
+  their items, counters)`, then waits for `go` and does it again; until
+  killed (or `go` times out)."""
+  manager, observer = client(address, journal_dir=journal_dir,
+                             journal='always', reconnect_timeout_s=120.0)
+  env = testing.make_env(seed, max_duration=40)
+  policy = testing.make_policy(env, seed)
+  while True:
+    record = testing.run_actor(observer, steps, env=env, policy=policy)
+    observer.flush()
+    items = testing.expected_items(record.steps, SEQUENCE_LENGTH)
+    results.put(('written', [testing.item_fingerprint(i) for i in items],
+                 observer.counters()))
+    if not go.wait(240):
+      break
+    go.clear()
+  manager.close()

@@ -3,7 +3,7 @@
 A real `smart-replay-serve` is killed -9 and started again with the same
 command while client-mode observers write; each observer keeps what it sent
 (`storage.retained`), asks the restarted server what it has of its items (an
-exact snapshot) and sends again the rest (`TrajectoryObserver.resend`). The
+exact snapshot) and sends again the rest (`resending.Resender.resend`). The
 check reads the server's final checkpoint: every item each writer wrote is
 there exactly once.
 """
@@ -12,9 +12,8 @@ from concurrent import futures
 import collections
 import signal
 
-import smart_replay
 from smart_replay.storage import reader as checkpoint_reader
-from smart_replay.writing import journaling
+from smart_replay.writing import resending
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
@@ -98,7 +97,7 @@ def test_a_restart_in_the_middle_of_a_resend(served, tmp_path, caplog,
       server_box[0].stop(signal.SIGKILL)
       server_box[0] = served(checkpoint_dir=str(tmp_path / 'buffer'),
                              port=server_box[0].port)
-  monkeypatch.setattr(journaling, '_fault_point', restart_once)
+  monkeypatch.setattr(resending, '_fault_point', restart_once)
   server_box = [None]
   original = serve_process.ServeProcess.__init__
 
@@ -108,7 +107,7 @@ def test_a_restart_in_the_middle_of_a_resend(served, tmp_path, caplog,
   monkeypatch.setattr(serve_process.ServeProcess, '__init__', remember)
   _, manager, observer, steps = _restart_mid_episode(served, tmp_path, caplog)
   try:
-    serve_process.wait_until(lambda: restarts and not observer.resend_pending
+    serve_process.wait_until(lambda: restarts and not observer.resender.pending
                              and observer.num_resent_items >= 6,
                              'the re-send that the second restart cut', 120)
     # The first re-send went on to the third server, but it asked the
@@ -157,3 +156,36 @@ def test_eight_actors_write_through_a_server_kill(served, tmp_path):
     resent += counters['resent_items']
   assert resent > 0  # Some items were confirmed after the checkpoint.
   assert _stored_fingerprints(_final_checkpoint(server)) == want
+
+
+def test_an_actor_killed_with_the_server_sends_its_journal_again(served,
+                                                                   tmp_path):
+  checkpoint_dir = str(tmp_path / 'buffer')
+  journal_dir = str(tmp_path / 'actor_journal')
+  server = served(checkpoint_dir=checkpoint_dir)
+  results, go = serve_process.WORKERS.Queue(), serve_process.WORKERS.Event()
+  actor = serve_process.start(remote_workers.journaled_actor, server.address,
+                              journal_dir, 1, 60, go, results)
+  (_, first, _), = serve_process.get(results, 1)
+  manager, _ = remote_workers.client(server.address)
+  try:
+    manager.checkpoint()  # Holds the first steps' items only.
+  finally:
+    manager.close()
+  go.set()
+  (_, second, _), = serve_process.get(results, 1)  # Flushed: in its journal.
+  remote_workers.kill(actor)  # Both machines lost: the actor...
+  server.stop(signal.SIGKILL)  # ... and the server, after its checkpoint.
+  server = served(checkpoint_dir=checkpoint_dir, port=server.port)
+  # The actor, started again with its journal folder, takes its journal
+  # over and sends what the server lacks (the second steps' items) before
+  # its first step.
+  actor = serve_process.start(remote_workers.journaled_actor, server.address,
+                              journal_dir, 2, 30, go, results)
+  (_, third, counters), = serve_process.get(results, 1)
+  go.clear()
+  remote_workers.kill(actor)
+  assert counters['resent_items'] == len(second)
+  assert counters['lost_items'] == 0
+  assert _stored_fingerprints(_final_checkpoint(server)) == (
+      collections.Counter(first + second + third))

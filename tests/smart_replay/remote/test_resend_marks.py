@@ -44,9 +44,10 @@ def test_a_restarted_server_answers_each_writer_its_restored_marks(
     writers = [observer.writer_id, other.writer_id]
     reader = _reader(server)
     # No checkpoint yet: no marks to answer.
-    assert reader.call('writer_marks', {'writer_id': writers[0]},
-                       timeout_s=10) == {'checkpoint': None, 'number': None,
-                                         'marks': None}
+    answer = reader.call('writer_marks', {'writer_id': writers[0]},
+                         timeout_s=10)
+    assert answer == {'checkpoint': None, 'number': None, 'marks': None,
+                      'instance': answer['instance']}
     reader.close()
     client.close()
   finally:
@@ -59,11 +60,11 @@ def test_a_restarted_server_answers_each_writer_its_restored_marks(
   try:
     reader = _reader(server)
     for writer in writers:
-      assert reader.call('writer_marks', {'writer_id': writer},
-                         timeout_s=10) == {
-                             'checkpoint': final, 'number': int(final[-6:]),
-                             'marks': {'experience':
-                                       marks['experience'][writer]}}
+      answer = reader.call('writer_marks', {'writer_id': writer},
+                           timeout_s=10)
+      assert answer == {'checkpoint': final, 'number': int(final[-6:]),
+                        'marks': {'experience': marks['experience'][writer]},
+                        'instance': answer['instance']}
       live = reader.call('writer_marks', {'writer_id': writer, 'live': True},
                          timeout_s=30)
       assert live['checkpoint'] == final  # The one it restored.

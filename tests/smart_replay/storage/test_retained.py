@@ -4,6 +4,7 @@ import pytest
 
 from smart_replay.storage import retained as retained_lib
 from smart_replay.writing import journaling
+from smart_replay.writing import resending
 
 pytestmark = pytest.mark.unit
 
@@ -51,11 +52,11 @@ def test_lost_in_dropped_counts_what_the_server_lacks():
     kept.append(journaling.CALL, payload)
   # Records 1-3 dropped; the server has everything below call 2 and one
   # item of it, and one item of call 3.
-  lost, exact = journaling.lost_in_dropped(
+  lost, exact = resending.lost_in_dropped(
       kept.dropped, dropped_through=kept.dropped_through,
       floors={(0, 't'): (2, 1)}, held={(0, 't'): {3: 1}})
   assert lost == {'t': 1 + 2} and exact
-  lost, exact = journaling.lost_in_dropped(
+  lost, exact = resending.lost_in_dropped(
       [], dropped_through=3, floors={(0, 't'): (1, 1)}, held={})
   assert lost == {} and not exact  # Their summaries are gone.
 
