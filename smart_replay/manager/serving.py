@@ -293,6 +293,9 @@ class Serving:
       for obs in running.observers:
         obs.end_episode()
       self._journals.cleared(running.observers)
+      for obs in running.observers:
+        if obs.retains:  # Nothing before it is sent again after a restart.
+          obs.journal_cleared()
       for name in running.config.table_names:
         running.client.reset(name)
       for obs in running.observers:

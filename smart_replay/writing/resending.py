@@ -53,7 +53,8 @@ def count_items(record: Any, columns: Sequence[Dict[str, Any]],
   if record.kind != journaling.CALL:
     return {}
   counts = collections.Counter()
-  for code, stream, table, _, _ in journaling.decode(record.payload, columns).ops:
+  call = journaling.decode(record.payload, columns)
+  for code, stream, table, _, _ in call.ops:
     if code == journaling.DEFER:
       counts[(stream, tables[table])] += 1
   return dict(counts)
