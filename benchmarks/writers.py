@@ -7,9 +7,11 @@
 * reverb_floor: Reverb's C++ writer calls alone, appending steps packed
   beforehand, from a minimal Python loop;
 * ours_journal, ours_journal_always: ours (packed) with a write-ahead journal
-  synced every second (the default) and at every flush, and ours_no_journal
-  without one, all three into the same server ('sink'); `replay_journal`
-  times replaying one of those journals into a fresh observer.
+  synced every second (the default) and at every flush, ours_resend keeping
+  what it sent in memory (as a client observer does, to send it again after
+  a server restart), and ours_no_journal with neither, all four into the
+  same server ('sink'); `replay_journal` times replaying one of those
+  journals into a fresh observer.
 """
 
 import functools
@@ -29,7 +31,9 @@ from smart_replay.config import options
 from smart_replay.storage import journal as journal_lib
 from smart_replay.storage import journal_segments
 from smart_replay.writing import chunking
+from smart_replay.storage import retained as retained_lib
 from smart_replay.writing import journaling
+from smart_replay.writing import resending
 from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
@@ -79,20 +83,30 @@ def write_ours(client: reverb.Client, spec, steps, *,
     num_envs: environments per step, or None.
     chunk_length: the observer's chunk length (None: automatic).
     journal_sync: with a write-ahead journal synced so ('always',
-      'every_second', 'off'); None: none.
+      'every_second', 'off'); 'memory': keeping what it sent in memory, as
+      a client observer does to send it again after a server restart
+      (`storage.retained`, `WriteOptions.resend_bytes`); None: none.
     journal_dir: the journal's folder (made; required with `journal_sync`).
 
   Returns:
     The seconds it took, flush (and the journal's last sync) included.
   """
   layout, table = buffer.step_layout(spec), buffer.table(1)
-  journal = journal_sync and journal_lib.JournalWriter(
-      journal_dir, writer_id='b0', sync=journal_sync,
-      meta=journaling.journal_meta(layout, spec, num_envs=num_envs,
-                                   tables=[table.name]))
+  meta = journaling.journal_meta(layout, spec, num_envs=num_envs,
+                                 tables=[table.name])
+  if journal_sync == 'memory':
+    journal = retained_lib.RetainedRecords(
+        writer_id='b0', meta=meta,
+        max_bytes=options.WriteOptions().resend_bytes,
+        count_items=lambda record: resending.count_items(
+            record, meta['columns'], [table.name]))
+  else:
+    journal = journal_sync and journal_lib.JournalWriter(
+        journal_dir, writer_id='b0', sync=journal_sync, meta=meta)
   return _write_all(observer_lib.TrajectoryObserver(
       client, tables=[table], data_spec=spec, layout=layout,
       num_envs=num_envs, journal=journal or None,
+      keeps_sent=journal_sync == 'memory',
       writes=options.WriteOptions(chunk_length=chunk_length)), steps)
 
 
@@ -183,7 +197,8 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
   Returns:
     `({'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
     'reverb_floor', 'ours_no_journal', 'ours_journal',
-    'ours_journal_always': steps/s per repeat}, replay_journal's figures for
+    'ours_journal_always', 'ours_resend': steps/s per repeat},
+    replay_journal's figures for
     the last repeat's default journal)`.
   """
   per_repeat = workload.steps_per_repeat
@@ -192,7 +207,8 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
   buffers = workload_lib.BUFFERS
   inserts = {'stock': [], 'ours': [], 'ours_columns': [], 'blocks': [],
              'ours_batched': [], 'reverb_floor': [], 'ours_no_journal': [],
-             'ours_journal': [], 'ours_journal_always': []}
+             'ours_journal': [], 'ours_journal_always': [],
+             'ours_resend': []}
   journals = tempfile.mkdtemp(prefix='journals-')
   started = time.monotonic()
   for repeat in range(workload.repeats):
@@ -222,7 +238,8 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
                                     journals, f'{name}-{repeat}')))
              for name, sync in (('ours_no_journal', None),
                                 ('ours_journal', 'every_second'),
-                                ('ours_journal_always', 'always'))]
+                                ('ours_journal_always', 'always'),
+                                ('ours_resend', 'memory'))]
     for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
       inserts[name].append(count / write())  # Alternating the order.
     elapsed = time.monotonic() - started

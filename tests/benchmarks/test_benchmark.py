@@ -23,7 +23,7 @@ def test_a_tiny_run_measures_and_reports_everything(tmp_path):
   assert set(results['insert_steps_per_s']) == {
       'stock', 'ours', 'ours_columns', 'blocks', 'ours_batched',
       'reverb_floor', 'ours_no_journal', 'ours_journal',
-      'ours_journal_always'}
+      'ours_journal_always', 'ours_resend'}
   journal = results['journal']  # One repeat's 200 steps, replayed.
   assert journal['bytes_per_step'] > 0 and journal['replay_steps_per_s'] > 0
   for rates in results['insert_steps_per_s'].values():

@@ -23,7 +23,8 @@ def _results():
                              'reverb_floor': [1000] * 3,
                              'ours_no_journal': [600] * 3,
                              'ours_journal': [540] * 3,
-                             'ours_journal_always': [300] * 3},
+                             'ours_journal_always': [300] * 3,
+                             'ours_resend': [580] * 3},
       'journal': {'bytes_per_step': 60.0, 'replay_steps_per_s': 20_000.0,
                   'replay_s_per_100k_steps': 5.0},
       'sample_transitions_per_s': {
@@ -80,6 +81,8 @@ def test_the_table_has_a_row_per_measure_and_every_target():
   assert unmet == ['memory_blocks']
   assert any(line.startswith("insert steps/s (journal, 'every_second')") and
              line.rstrip().endswith('0.90x of no journal') for line in lines)
+  assert any(line.startswith('insert steps/s (kept in memory to send') and
+             line.rstrip().endswith('0.97x of no journal') for line in lines)
   assert any(line.split()[:2] == ['sample_blocks_w8', '5.00']
              for line in lines)
   assert any('3,000 steps: stock 9/s 4,100 B' in line for line in lines)
