@@ -243,18 +243,18 @@ def frame_step(step_type, observation, action, next_step_type, reward=0.0,
       discount=np.float32(discount))
 
 
-def frame_stream(steps, *, depth=3, seed=0):
-  """Steps of `frame_spec([depth, 6, 5])`: stacked 6x5 frames on the first
-  axis, episodes of 2-14 steps; a few stacks that do not continue the
+def frame_stream(steps, *, depth=3, seed=0, frame_shape=(6, 5)):
+  """Steps of `frame_spec([depth, *frame_shape])`: stacked frames on the
+  first axis, episodes of 2-14 steps; a few stacks that do not continue the
   previous one (stored whole)."""
   rng = np.random.default_rng(seed)
   made, current, stack = [], 0, None
   while len(made) < steps:
     if current == 0 or rng.random() < 0.05:  # A reset, or a jump.
-      stack = rng.integers(0, 255, (depth, 6, 5), np.uint8)
+      stack = rng.integers(0, 255, (depth,) + tuple(frame_shape), np.uint8)
     else:
-      stack = np.concatenate([stack[1:], rng.integers(0, 255, (1, 6, 5),
-                                                      np.uint8)])
+      stack = np.concatenate([stack[1:], rng.integers(
+          0, 255, (1,) + tuple(frame_shape), np.uint8)])
     following = 2 if current and rng.random() < 0.15 else 1
     if current == 2:
       following = 0

@@ -276,9 +276,9 @@ class WriteOptions:
     resend_bytes: a client-mode observer of one server keeps up to this
       many bytes of what it sent (the calls, as a journal records them),
       to send again what a restart of the server from an older checkpoint
-      lost (`resending.Resender.resend`; packed layouts without a frame
-      stack or packed items); what no longer fits is counted as lost if a
-      restart needs it.
+      lost (`resending.Resender.resend`; packed layouts without packed
+      items); what no longer fits is counted as lost if a restart needs
+      it.
       0: keep nothing (the loss is counted by time, a lower bound).
 
   Raises:

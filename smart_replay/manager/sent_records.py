@@ -15,8 +15,7 @@ restarted server lacks (`resending.Resender.resend`, `watch.after_restart`):
   a manager uses it.
 
 Only where it can work: a client of servers (`Backend.resends`), a layout
-with writer ids, without a frame stack (items reference cells before their
-first step) or packed items (blocks are not made again).
+with writer ids, without packed items (blocks are not made again).
 """
 
 import secrets
@@ -74,7 +73,7 @@ class SentRecords:
 
     Args:
       usable: whether the buffer allows it (a client of servers, a layout
-        with writer ids, no frame stack or packed items).
+        with writer ids, no packed items).
       layout: the buffer's layout.
       data_spec: the spec of one step.
       num_envs: the observer's environments per call.

@@ -174,10 +174,9 @@ class Serving:
         layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
         tables=names)
     sent, adopted = (None, False) if kept or not journal else self._sent.new(
-        # Items of a frame stack reference cells before their first step;
-        # blocks are not made again.
+        # Blocks are not made again.
         usable=self._backend.resends and layout.writer_ids and
-        not layout.lookback and all(t.block_length is None for t in tables),
+        all(t.block_length is None for t in tables),
         layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
         tables=names)
     obs = observer_lib.TrajectoryObserver(

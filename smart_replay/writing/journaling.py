@@ -19,11 +19,19 @@ only append their steps again (the context the next items reference), those
 after it everything. So each item after the mark is stored once, and none
 before it again.
 
-Record payload (little-endian): a header `<BBHIII` (format 1, columns, ops,
-and what the call counted: steps, environment steps, episodes), each
-column's bytes (dtypes and shapes are in the
-journal's `meta`, `describe_columns`), the step types (`int8[streams]`),
-then the ops, `<BHHdI` each (code, stream, table index, priority, length).
+A frame-stacked layout's streams append cells (the new frames of a step,
+compressed: `layouts.frame_cells`), not whole stacks: its records hold those
+cells as the streams encoded them (APPEND_CELLS ops), not the call's columns
+(a Pong step: about 1 KB instead of 28 KB), unless a table of packed items
+needs the columns too.
+
+Record payload (little-endian): a header `<BBHIII` (format, columns, ops,
+and what the call counted: steps, environment steps, episodes); format 2
+only: the cells, `<I` their count, `<I` each one's length, their bytes;
+each column's bytes (dtypes and shapes are in the journal's `meta`,
+`describe_columns`), the step types (`int8[streams]`), then the ops,
+`<BHHdI` each (code, stream, table index, priority, length; an APPEND_CELLS
+op's length is its cells' count, taken in order).
 """
 
 import collections
@@ -44,12 +52,16 @@ CALL = 1
 FLUSH = 2
 CLEAR = 3  # The manager emptied the tables (`clear()`).
 FORMAT = 1
+FORMAT_CELLS = 2  # Records that hold a frame-stacked layout's cells.
 # Operations (their codes in a record).
 APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE = 1, 2, 3, 4, 5
 BLOCK_ADD, BLOCK_END_EPISODE = 6, 7
-STREAM_OPS = (APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE)
+APPEND_CELLS = 8
+STREAM_OPS = (APPEND, DEFER, END_CHUNK, END_EPISODE, FINISH_EPISODE,
+              APPEND_CELLS)
 _HEADER = struct.Struct('<BBHIII')
 _OP = struct.Struct('<BHHdI')
+_COUNT = struct.Struct('<I')
 
 
 def describe_columns(columns: Sequence[np.ndarray]) -> List[Dict[str, Any]]:
@@ -107,6 +119,10 @@ class RecordedStream(writer_lib.StreamWriter):
     super().__init__(settings)
 
   def append(self, step: List[np.ndarray]) -> bool:
+    if self._log.records_cells:
+      cells = self.encode(step)
+      self._log.appended_cells(self._index, cells)
+      return self.append_cells(cells)
     self._log.appended(self._index)
     return super().append(step)
 
@@ -142,16 +158,24 @@ class Call:
   """One decoded record of a call.
 
   Attributes:
-    columns: the call's columns.
+    columns: the call's columns (none when its cells are recorded).
     step_types: its step types, one per stream.
     counted: what the call added to the observer's `steps`, `env_steps`
       and `episodes` counters.
     ops: `(code, stream, table index, priority, length)` in order.
+    cells: the cells its APPEND_CELLS ops appended, in order (bytes).
   """
   columns: List[np.ndarray]
   step_types: np.ndarray
   counted: Tuple[int, int, int]
   ops: List[tuple]
+  cells: List[bytes] = dataclasses.field(default_factory=list)
+
+  def take_cells(self, count: int, start: int) -> List[List[np.ndarray]]:
+    """`count` cells from `start`, as a stream appends them (`[[blob],
+    ...]`)."""
+    return [[np.array(blob, object)]
+            for blob in self.cells[start:start + count]]
 
 
 class CallLog:
@@ -165,13 +189,22 @@ class CallLog:
     num_streams: the observer's streams.
     step_types: whether records keep the calls' step types (the packed
       tables' replay needs them).
+    cells: whether the streams append cells (a frame-stacked layout):
+      records keep those instead of the call's columns (unless the packed
+      tables, `step_types`, need the columns).
+
+  Attributes:
+    records_cells: whether records keep the streams' cells.
   """
 
   def __init__(self, journal: journal_lib.JournalWriter, *,
                tables: Sequence[str], keep_alive: int, num_streams: int,
-               step_types: bool):
+               step_types: bool, cells: bool = False):
     self.journal = journal
     self._step_types = step_types
+    self.records_cells = cells
+    self._columns = not cells or step_types
+    self._cells: List[bytes] = []
     self._tables = {name: index for index, name in enumerate(tables)}
     self._ops = bytearray()
     self._count = 0
@@ -188,13 +221,15 @@ class CallLog:
             counters: Any) -> None:
     """Starts the record of a call that took these columns (none for an
     end of episode); `counters` are the observer's, before the call."""
-    # Slot 0 takes the header at commit.
-    self._parts = [b''] + [c.tobytes() for c in columns]
+    # Slot 0 takes the header at commit, slot 1 the cells.
+    self._parts = [b'', b''] + ([c.tobytes() for c in columns]
+                                if self._columns else [])
     self._parts.append(np.asarray(step_types, np.int8).tobytes()
                        if self._step_types else b'')
     self._counted = (counters.steps, counters.env_steps, counters.episodes)
     self._ops = bytearray()
     self._count = 0
+    self._cells = []
 
   def op(self, code: int, stream: int = 0, table: Optional[str] = None,
          priority: float = 0.0, length: int = 0) -> None:
@@ -209,6 +244,14 @@ class CallLog:
     packed once."""
     self._ops += self._appends[stream]
     self._count += 1
+    self._history[stream].append(self.journal.next_seq)
+
+  def appended_cells(self, stream: int, cells: List[List[np.ndarray]]
+                     ) -> None:
+    """Records the cells a stream appended for a step (`[[blob], ...]`)."""
+    self._ops += _OP.pack(APPEND_CELLS, stream, 0, 0.0, len(cells))
+    self._count += 1
+    self._cells += [cell[0].item() for cell in cells]
     self._history[stream].append(self.journal.next_seq)
 
   def forget(self, stream: int) -> None:
@@ -233,10 +276,15 @@ class CallLog:
     if not self._count and not any(counted):
       self._parts = []
       return None
-    parts = self._parts
-    parts[0] = _HEADER.pack(FORMAT, len(parts) - 2, self._count, *counted)
+    parts, cells = self._parts, self._cells
+    parts[0] = _HEADER.pack(FORMAT_CELLS if cells else FORMAT,
+                            len(parts) - 3, self._count, *counted)
+    if cells:
+      parts[1] = b''.join(
+          [_COUNT.pack(len(cells)),
+           np.array([len(c) for c in cells], '<u4').tobytes()] + cells)
     parts.append(self._ops)
-    self._parts = []
+    self._parts, self._cells = [], []
     return self.journal.append(CALL, b''.join(parts))
 
   def flushed(self) -> int:
@@ -269,13 +317,21 @@ def decode(payload: bytes, columns: Sequence[Dict[str, Any]]) -> Call:
     ValueError: if the payload does not match the columns.
   """
   version, num_columns, num_ops, *counted = _HEADER.unpack_from(payload)
-  if not num_columns:  # A call without a step (an end of episode).
+  if not num_columns:  # A call without a step, or one of cells.
     columns = []
-  if version != FORMAT or num_columns != len(columns):
+  if version not in (FORMAT, FORMAT_CELLS) or num_columns != len(columns):
     raise ValueError(f'a journal record of format {version} with '
-                     f'{num_columns} column(s); expected format {FORMAT} with '
-                     f'{len(columns)}.')
-  offset, out = _HEADER.size, []
+                     f'{num_columns} column(s); expected format {FORMAT} or '
+                     f'{FORMAT_CELLS} with {len(columns)}.')
+  offset, out, cells = _HEADER.size, [], []
+  if version == FORMAT_CELLS:
+    count, = _COUNT.unpack_from(payload, offset)
+    offset += _COUNT.size
+    lengths = np.frombuffer(payload, '<u4', count, offset)
+    offset += 4 * count
+    for length in lengths.tolist():
+      cells.append(payload[offset:offset + length])
+      offset += length
   for column in columns:
     dtype = np.dtype(column['dtype'])
     count = int(np.prod(column['shape'], dtype=np.int64))
@@ -287,7 +343,7 @@ def decode(payload: bytes, columns: Sequence[Dict[str, Any]]) -> Call:
   offset += streams
   ops = [_OP.unpack_from(payload, offset + i * _OP.size)
          for i in range(num_ops)]
-  return Call(out, step_types, tuple(counted), ops)
+  return Call(out, step_types, tuple(counted), ops, cells)
 
 
 @dataclasses.dataclass
@@ -356,13 +412,16 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
     call = decode(record.payload, columns_meta)
     if whole:
       done.counted = [a + b for a, b in zip(done.counted, call.counted)]
-    for code, stream, table, priority, length in call.ops:
+    cursor = [0]
+    for op in call.ops:
+      code, stream, table, priority, length = op
       if code == DEFER:
         if whole:
           streams[stream].defer(tables[table], priority, length)
           done.items[tables[table]] = done.items.get(tables[table], 0) + 1
       elif code in STREAM_OPS:
-        run_stream_op(streams[stream], code, call, stream, batched)
+        run_stream_op(streams[stream], op, call, batched=batched,
+                      cursor=cursor)
       elif whole and code == BLOCK_ADD:
         blocks.add(call.columns, call.step_types if batched else
                    call.step_types[0], batched=batched)
@@ -376,12 +435,25 @@ def replay(contents: journal_segments.JournalContents, *, mark: int,
   return done
 
 
-def run_stream_op(out: Any, code: int, call: Call, stream: int,
-                  batched: bool) -> None:
-  """Runs one of a call's stream operations other than DEFER again."""
+def run_stream_op(out: Any, op: tuple, call: Call, *, batched: bool,
+                  cursor: List[int]) -> None:
+  """Runs one of a call's stream operations other than DEFER again.
+
+  Args:
+    out: the op's stream's writer.
+    op: `(code, stream, table index, priority, length)`.
+    call: the decoded call.
+    batched: whether the writer took batches (`num_envs`).
+    cursor: `[the index of the call's next cell]`, moved on by the
+      APPEND_CELLS ops.
+  """
+  code, stream, _, _, length = op
   if code == APPEND:
     out.append([c[stream] for c in call.columns] if batched else
                list(call.columns))
+  elif code == APPEND_CELLS:
+    out.append_cells(call.take_cells(length, cursor[0]))
+    cursor[0] += length
   elif code == END_CHUNK:
     out.end_chunk()
   elif code == END_EPISODE:

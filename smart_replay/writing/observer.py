@@ -191,7 +191,8 @@ class TrajectoryObserver:
     self._log = journal and journaling.CallLog(
         journal, tables=self.table_names, keep_alive=keep_alive,
         num_streams=num_envs or 1,
-        step_types=any(t.block_length is not None for t in tables))
+        step_types=any(t.block_length is not None for t in tables),
+        cells=self._layout.cells is not None)
     # One (plan, writer) per environment.
     self._streams = []
     for index in range(num_envs or 1):

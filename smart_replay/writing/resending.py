@@ -100,8 +100,8 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
   more), above it as many as it holds now (`held`: items the writer's old
   connection sent again by itself after the restart, and new ones); the
   rest are made again, in order. Packed tables (blocks) are not made again
-  here, nor items of a frame-stacked layout (their cells before the first
-  step).
+  here. An item whose steps (and a frame stack's cells before them) are no
+  longer all kept is counted lost instead.
 
   Args:
     contents: the writer's kept records (`storage.retained`).
@@ -137,7 +137,9 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
       continue
     call = journaling.decode(record.payload, columns_meta)
     skipped = collections.Counter()  # Items of this call the server has.
-    for code, stream, table, priority, length in call.ops:
+    cursor = [0]
+    for op in call.ops:
+      code, stream, table, priority, length = op
       if code not in journaling.STREAM_OPS:
         continue  # Packed blocks are not made again.
       out = streams[stream]
@@ -148,13 +150,14 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
         if has < 0 or skipped[key] < has:
           skipped[key] += 1
           continue
-        if len(out.history) < length:  # Its first steps are gone.
+        if len(out.history) < length + out.lookback:  # Its cells are gone.
           done.lost[name] = done.lost.get(name, 0) + 1
           continue
         out.defer(name, priority, length)
         done.items[name] = done.items.get(name, 0) + 1
       else:
-        journaling.run_stream_op(out, code, call, stream, batched)
+        journaling.run_stream_op(out, op, call, batched=batched,
+                                 cursor=cursor)
     _fault_point('resent')
   for out in streams:
     out.flush()

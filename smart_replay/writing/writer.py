@@ -26,7 +26,7 @@ into Reverb items, and bounds every wait on the server:
 
 import collections
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import reverb
@@ -53,6 +53,8 @@ class StreamWriter:
       new writer after it gave up, e.g. to forget the open episode.
     steps: steps written by this stream.
     chunk_steps: steps in the writer's open chunk.
+    lookback: cells an item references before its first step (a frame
+      stack's; else 0).
 
   Args:
     settings: the observer's `WriterSettings`.
@@ -67,7 +69,7 @@ class StreamWriter:
     # Frame-stacked layouts: each step is a cell of its new frames, and
     # items reference `lookback` cells before their first step.
     self._cells = settings.cells and settings.cells.encoder()
-    self._lookback = settings.cells.lookback if settings.cells else 0
+    self.lookback = settings.cells.lookback if settings.cells else 0
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
@@ -122,8 +124,36 @@ class StreamWriter:
     Raises:
       WriteFailedError: if the writer failed for good.
     """
-    for columns in (self._cells.cells(step, first=not self.history)
-                    if self._cells else [step]):
+    return self.append_cells(self.encode(step))
+
+  def encode(self, step: List[np.ndarray]) -> List[List[Any]]:
+    """The Reverb steps of one step: its cells with a frame stack (the
+    encoder goes on to the next step), else the step itself.
+
+    Args:
+      step: the step's fields, flat.
+
+    Returns:
+      `[columns of a Reverb step, ...]`.
+    """
+    if self._cells:
+      return self._cells.cells(step, first=not self.history)
+    return [step]
+
+  def append_cells(self, cells: List[List[Any]]) -> bool:
+    """Appends one step as Reverb steps already encoded (`encode`; a
+    journal's record of them).
+
+    Args:
+      cells: `[columns of a Reverb step, ...]`.
+
+    Returns:
+      Whether the writer's chunk is complete with this step.
+
+    Raises:
+      WriteFailedError: if the writer failed for good.
+    """
+    for columns in cells:
       try:
         self.history.append(self._append(columns))
       except RuntimeError as e:  # The writer failed for good (see waits).
@@ -144,7 +174,7 @@ class StreamWriter:
     first = len(history) - length
     # With a frame stack, also the cells before it that hold its first stack.
     columns = [list(refs) for refs in zip(*(history[i] for i in range(
-        first - self._lookback, len(history))))]
+        first - self.lookback, len(history))))]
     self.deferred.append((table, priority, columns, self.steps))
 
   def end_chunk(self) -> None:

@@ -2,7 +2,10 @@
 and, live, every item of theirs it holds (what re-sending after a restart
 needs)."""
 
+import collections
+
 import pytest
+import tree
 
 import smart_replay
 from smart_replay.control import client as control_client
@@ -10,6 +13,8 @@ from smart_replay.control import credentials as credentials_lib
 from smart_replay.remote import replay_server as serve
 from smart_replay.server import checkpointer
 from smart_replay.storage import manifest as manifest_lib
+from smart_replay.storage import reader as checkpoint_reader
+from smart_replay.utils import ports
 from tests import testing
 
 
@@ -83,3 +88,51 @@ def test_a_restarted_server_answers_each_writer_its_restored_marks(
     reader.close()
   finally:
     server.close(final_checkpoint=False)
+
+
+def test_a_frame_stacked_client_sends_its_cells_again(tmp_path):
+  # A ReplayServer stopped without its final checkpoint and started again
+  # on the same folder and ports (what a kill and a restart leave): the
+  # client's observer sends the cells the restored checkpoint lacks again,
+  # and the buffer holds every window once, its stacks byte for byte.
+  spec = testing.frame_spec([3, 6, 5])
+  port = ports.free_port_pair()
+
+  def serve_frames():
+    manager = smart_replay.ReplayBufferManager(
+        data_spec=spec, capacity=1000, sequence_length=2,
+        checkpoint_dir=str(tmp_path / 'buffer'), port=port,
+        frame_stack=smart_replay.FrameStack('observation', 0))
+    return serve.ReplayServer(manager).start()
+
+  steps = testing.frame_stream(60, seed=3)
+  server = serve_frames()
+  client = smart_replay.ReplayBufferManager(
+      data_spec=spec, server_address=f'localhost:{port}',
+      control_token_file=server.token_file, sample_timeout_s=5.0,
+      write_timeout_s=5.0, restart_check_s=3600.0)
+  try:
+    _, observer = client.connect()
+    assert observer.retains
+    for step in steps[:30]:
+      observer(step)
+    client.checkpoint()
+    for step in steps[30:]:
+      observer(step)
+    observer.flush()  # Stored, in no checkpoint.
+    server.close(final_checkpoint=False)
+    server = serve_frames()
+    client.flush()  # Sees the restart, sends again what it lacks.
+    assert observer.num_resent_items > 0
+    assert observer.num_lost_items == 0
+  finally:
+    client.close()
+  final = server.close()
+  stored = collections.Counter(
+      testing.item_fingerprint(item.columns)
+      for item in checkpoint_reader.CheckpointReader(final).items(
+          'experience'))
+  want = collections.Counter(
+      testing.item_fingerprint(tree.flatten(item))
+      for item in testing.expected_items(steps, 2))
+  assert stored == want
