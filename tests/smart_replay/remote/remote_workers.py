@@ -8,6 +8,7 @@ only this module.
 
 import os
 import signal
+import traceback
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -211,9 +212,14 @@ def journaled_actor(address, journal_dir, seed, steps, go, results):
   """An actor keeping what it sends in `journal_dir` (synced at each flush):
   writes `steps` steps and flushes, reports `('written', fingerprints of
   their items, counters)`, then waits for `go` and does it again; until
-  killed (or `go` times out)."""
-  manager, observer = client(address, journal_dir=journal_dir,
-                             journal='always', reconnect_timeout_s=120.0)
+  killed (or `go` times out); an error is reported as `('error', its
+  traceback, None)`."""
+  try:
+    manager, observer = client(address, journal_dir=journal_dir,
+                               journal='always', reconnect_timeout_s=120.0)
+  except BaseException:  # pylint: disable=broad-except
+    results.put(('error', traceback.format_exc(), None))
+    raise
   env = testing.make_env(seed, max_duration=40)
   policy = testing.make_policy(env, seed)
   while True:
