@@ -7,7 +7,7 @@ buffer, TF client, counts, observers, starter) and takes it down again.
 """
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from absl import logging
 import reverb
