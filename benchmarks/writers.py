@@ -31,9 +31,8 @@ from smart_replay.config import options
 from smart_replay.storage import journal as journal_lib
 from smart_replay.storage import journal_segments
 from smart_replay.writing import chunking
-from smart_replay.storage import retained as retained_lib
+from smart_replay.manager import sent_records
 from smart_replay.writing import journaling
-from smart_replay.writing import resending
 from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
@@ -92,17 +91,15 @@ def write_ours(client: reverb.Client, spec, steps, *,
     The seconds it took, flush (and the journal's last sync) included.
   """
   layout, table = buffer.step_layout(spec), buffer.table(1)
-  meta = journaling.journal_meta(layout, spec, num_envs=num_envs,
-                                 tables=[table.name])
-  if journal_sync == 'memory':
-    journal = retained_lib.RetainedRecords(
-        writer_id='b0', meta=meta,
-        max_bytes=options.WriteOptions().resend_bytes,
-        count_items=lambda record: resending.count_items(
-            record, meta['columns'], [table.name]))
+  if journal_sync == 'memory':  # What a client manager gives an observer.
+    journal, _ = sent_records.SentRecords(options.WriteOptions(), None).new(
+        usable=True, layout=layout, data_spec=spec, num_envs=num_envs,
+        tables=[table.name])
   else:
     journal = journal_sync and journal_lib.JournalWriter(
-        journal_dir, writer_id='b0', sync=journal_sync, meta=meta)
+        journal_dir, writer_id='b0', sync=journal_sync,
+        meta=journaling.journal_meta(layout, spec, num_envs=num_envs,
+                                     tables=[table.name]))
   return _write_all(observer_lib.TrajectoryObserver(
       client, tables=[table], data_spec=spec, layout=layout,
       num_envs=num_envs, journal=journal or None,

@@ -192,10 +192,10 @@ class LocalBackend(base.Backend):
     if not self._layout_given:  # Continue in the layout it was written in.
       self.config = dataclasses.replace(
           self._asked, layout=packed_steps.stored_name(manifest),
-          frame_stack=layouts.stored_frame_stack(manifest),
-          writer_ids=config_lib.stored_writer_ids(manifest))
-      self.config.step_layout  # Raises on a layout this version lacks.
+          frame_stack=layouts.stored_frame_stack(manifest))
+    # Writer ids are not a user's choice: the checkpoint's stay.
     self.config = self.config.with_writer_ids_of(manifest)
+    self.config.step_layout  # Raises on a layout this version lacks.
     diffs = self.config.diff(manifest)
     version_diffs = manifest_lib.diff_versions(manifest.get('versions', {}))
     if version_diffs and self._allow_version_mismatch:

@@ -31,7 +31,6 @@ under a new writer id. `Journals` is the manager's part that:
 import dataclasses
 import os
 import threading
-import uuid
 from typing import Any, Dict, List, Optional, Sequence
 
 from absl import logging
@@ -145,7 +144,7 @@ class Journals:
     if not self.enabled:
       return None
     writer = journal_lib.JournalWriter(
-        self.folder, writer_id=uuid.uuid4().hex[:16], sync=self._sync,
+        self.folder, writer_id=segments_lib.new_writer_id(), sync=self._sync,
         meta=journaling.journal_meta(layout, data_spec, num_envs=num_envs,
                                      tables=tables))
     if self._bound_steps:  # A record holds one step per environment.

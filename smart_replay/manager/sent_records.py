@@ -18,7 +18,6 @@ Only where it can work: a client of servers (`Backend.resends`), a layout
 with writer ids, without packed items (blocks are not made again).
 """
 
-import secrets
 from typing import Any, List, Optional, Tuple, Union
 
 from absl import logging
@@ -93,7 +92,7 @@ class SentRecords:
       if not self._writes.resend_bytes:
         return None, False
       return retained_lib.RetainedRecords(
-          writer_id=_new_id(), meta=meta,
+          writer_id=journal_segments.new_writer_id(), meta=meta,
           max_bytes=self._writes.resend_bytes,
           count_items=lambda record: resending.count_items(
               record, meta['columns'], tables)), False
@@ -115,16 +114,12 @@ class SentRecords:
       return journal_lib.JournalWriter(
           self._dir, writer_id=writer_id, meta=meta, sync=sync,
           first_seq=old.last_seq + 1), True
-    return journal_lib.JournalWriter(self._dir, writer_id=_new_id(),
-                                     meta=meta, sync=sync), False
+    return journal_lib.JournalWriter(
+        self._dir, writer_id=journal_segments.new_writer_id(), meta=meta,
+        sync=sync), False
 
   def close(self) -> None:
     """Lets go of the folder's lock; safe to call more than once."""
     if self._lock is not None:
       self._lock.release()
       self._lock = None
-
-
-def _new_id() -> str:
-  """A new writer id: 16 hex digits, never all zeros."""
-  return f'{secrets.randbits(63) | 1:016x}'

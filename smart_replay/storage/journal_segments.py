@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 from typing import Any, Dict, List, Tuple
 
 from absl import logging
@@ -44,6 +45,12 @@ def check_writer_id(writer_id: Any) -> str:
     raise ValueError('writer_id must be 1 to 32 lower-case hex digits, got '
                      f'{writer_id!r}.')
   return writer_id
+
+
+def new_writer_id() -> str:
+  """A new writer id: 16 random lower-case hex digits, never all zeros (a
+  step's writer ids hold it as a 64-bit number; 0 marks no writer)."""
+  return f'{secrets.randbits(63) | 1:016x}'
 
 
 def segment_name(writer_id: str, first_seq: int) -> str:

@@ -16,7 +16,6 @@ completes, `writer.StreamWriter` sends them, `counters.Counters` counts, a
 """
 
 import os
-import secrets
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -205,10 +204,11 @@ class TrajectoryObserver:
     # observer's id (its journal's, which a restart keeps) and the number
     # of the call (its journal record).
     self.writer_id = (journal.writer_id if journal else
-                      f'{secrets.randbits(63) | 1:016x}')
+                      journal_segments.new_writer_id())
     self._writer_key = int(self.writer_id, 16)
     self._calls = 0  # Calls that wrote steps, without a journal.
-    self._stamp = self._layout.stamp_ids
+    # None for a layout without writer ids: nothing to call per step.
+    self._stamp = self._layout.writer_ids and self._layout.stamp_ids
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and block_writer.BlockWriter(
         block_tables, settings=settings, step_spec=self._layout.step_spec,
@@ -285,11 +285,13 @@ class TrajectoryObserver:
             'this observer is closed; get a new one from the manager.')
       log = self._log
       if not log:
-        self._calls += 1
-        self._stamp(columns, self._writer_key, self._calls)
+        if self._stamp:
+          self._calls += 1
+          self._stamp(columns, self._writer_key, self._calls)
         self._write_call(columns, step_types)
         return
-      self._stamp(columns, self._writer_key, log.journal.next_seq)
+      if self._stamp:
+        self._stamp(columns, self._writer_key, log.journal.next_seq)
       log.journal.check()  # A failing journal refuses before any write.
       log.begin(columns, step_types, self._counters)
       try:

@@ -22,6 +22,7 @@ before a restore someone asked for (`forget_sent`).
 
 import collections
 import dataclasses
+import math
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
@@ -76,13 +77,13 @@ class Resent:
 
 
 def _held(key: Tuple[int, str], seq: int, *, floors: Floors,
-          held: Held) -> int:
+          held: Held) -> float:
   """How many items of `key` ending at call `seq` the server holds or let go
-  of: all those below the floor, the floor's count at it (or more, if it
-  holds more), else those it holds now."""
+  of: all those below the floor (infinity), the floor's count at it (or
+  more, if it holds more), else those it holds now."""
   floor_seq, floor_items = floors.get(key, (0, 0))
   if seq < floor_seq:
-    return -1  # All.
+    return math.inf
   now = held.get(key, {}).get(seq, 0)
   return max(floor_items, now) if seq == floor_seq else now
 
@@ -146,8 +147,7 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
       if code == journaling.DEFER:
         name = tables[table]
         key = (stream, name)
-        has = _held(key, record.seq, floors=floors, held=held)
-        if has < 0 or skipped[key] < has:
+        if skipped[key] < _held(key, record.seq, floors=floors, held=held):
           skipped[key] += 1
           continue
         if len(out.history) < length + out.lookback:  # Its cells are gone.
@@ -182,9 +182,9 @@ def lost_in_dropped(dropped: Sequence[Any], *, dropped_through: int,
   lost = collections.Counter()
   for summary in dropped:
     for key, items in summary.items.items():
-      has = _held(key, summary.seq, floors=floors, held=held)
-      if has >= 0:
-        lost[key[1]] += max(0, items - has)
+      missing = items - _held(key, summary.seq, floors=floors, held=held)
+      if missing > 0:
+        lost[key[1]] += missing
   first = dropped[0].seq if dropped else dropped_through + 1
   lowest = min((seq for seq, _ in floors.values()), default=0)
   exact = first <= lowest + 1 or dropped_through == 0
