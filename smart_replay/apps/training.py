@@ -92,7 +92,10 @@ class TrainResult:
     run_dir: the run directory.
     train_step: the train step reached.
     resumed_from: the train step of the pair resumed from, or None.
-    items_at_start: buffer items after loading (starter or resumed pair).
+    items_at_start: buffer items after loading (starter or resumed pair),
+      including `items_replayed`.
+    items_replayed: items the buffer's journal wrote again above the loaded
+      checkpoint (what a killed run collected after its last save).
     items_collected: items the run's actor wrote in this session.
     items: buffer items at the end.
     greedy_return: mean return of the greedy policy on the evaluation
@@ -106,6 +109,7 @@ class TrainResult:
   train_step: int
   resumed_from: Optional[int]
   items_at_start: int
+  items_replayed: int
   items_collected: int
   items: int
   greedy_return: Optional[float]
@@ -180,6 +184,8 @@ def train_from_starter(config: Optional[TrainConfig] = None, *,
         manager, agent_dir=output.agent_dir, train_step=train_step,
         interval=loop.checkpoint_every, agent=tf_agent)
     items_at_start = manager.num_frames()
+    journal = manager.stats().get('journal')
+    items_replayed = journal['replayed']['items'] if journal else 0
     collected_before = manager.observer.num_items
     collect, collect_metrics = _collect_actor(
         environment, tf_agent, train_step, manager.observer,
@@ -209,7 +215,7 @@ def train_from_starter(config: Optional[TrainConfig] = None, *,
     return TrainResult(
         run_dir=output.run_dir, train_step=int(train_step.numpy()),
         resumed_from=pair.train_step if pair else None,
-        items_at_start=items_at_start,
+        items_at_start=items_at_start, items_replayed=items_replayed,
         items_collected=manager.observer.num_items - collected_before,
         items=manager.num_frames(), greedy_return=greedy, checkpoint=last,
         interrupted=interrupted, starter_mode=starter.starter_mode,

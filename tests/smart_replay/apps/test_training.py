@@ -100,7 +100,7 @@ def test_interrupt_then_resume_continues_from_the_pair(cartpole_starter,
   resumed = _train(cartpole_starter, tmp_path / 'run', num_train_steps=400,
                    resume=True)
   assert resumed.resumed_from == 150 and resumed.train_step == 400
-  assert resumed.items_at_start == saved_items
+  assert resumed.items_at_start == saved_items and resumed.items_replayed == 0
   assert resumed.items == saved_items + resumed.items_collected
 
 
