@@ -1,7 +1,9 @@
 """Layouts: how a buffer stores its steps in Reverb, written and read back.
 
 A layout owns both directions of its format, below the write path
-(`writing`) and the read path (`sampling`), which never import each other:
+(`writing`) and the read path (`sampling`), which never import each other;
+every layout supplies the same members (`protocol.StepLayout`), so neither
+path asks which format it holds:
 
 * `packed_steps`: one Reverb column per field ('columns'), or every field of
   a step in one `uint8` row ('packed'; `StepCodec`), decoded in-graph;
@@ -40,7 +42,8 @@ def make_layout(name: str, data_spec: Any,
       layout only; see `packed_steps.StepCodec`).
 
   Returns:
-    A `packed_steps.Layout`, or a `FrameStackedLayout`.
+    A `protocol.StepLayout`: a `packed_steps.Layout`, or a
+    `frame_stacks.FrameStackedLayout`.
 
   Raises:
     ValueError: if the name is unknown, a field cannot be stored that way,

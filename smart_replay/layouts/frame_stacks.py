@@ -17,6 +17,7 @@ import tree
 
 from smart_replay.layouts import frame_blobs
 from smart_replay.layouts import frame_cells
+from smart_replay.layouts import packed_items
 from smart_replay.layouts import packed_steps
 from smart_replay.ops import zstd
 
@@ -250,6 +251,13 @@ class FrameStackedLayout:
     cells: the `frame_cells.Cells` the writers make.
     batches_blocks: whether sampled blocks are cut a batch at a time
       (`cut_blocks`, zstd) or one at a time (`cut_block`, zlib).
+    journals_cells: True: a journal records the cells a stream appends
+      (the new frames of a step, compressed), not whole stacks.
+    rebuilds_on_read: True: decoding inflates frames and rebuilds stacks.
+    block_step_bytes: bytes of a step in a block: its packed row, then its
+      stack's frames.
+
+  A `protocol.StepLayout`.
 
   Args:
     data_spec: the spec of one step.
@@ -264,6 +272,8 @@ class FrameStackedLayout:
 
   name = 'packed'
   num_columns = 1
+  journals_cells = True
+  rebuilds_on_read = True
 
   def __init__(self, data_spec: Any, frame_stack: frame_cells.FrameStack, *,
                ids: bool = False):
@@ -289,6 +299,7 @@ class FrameStackedLayout:
     self.cells = frame_cells.Cells(self.stacked_field, self.row_bytes)
     self.lookback = self.stacked_field.lookback
     self.step_spec = tf.TensorSpec([], tf.string, name='frames')
+    self.block_step_bytes = self.row_bytes + self.cells.stack_bytes
 
   def describe(self) -> Dict[str, Any]:
     """The layout as a manifest records it: the packed rows of the other
@@ -329,6 +340,71 @@ class FrameStackedLayout:
     if not self.writer_ids:
       raise ValueError('this layout stores no writer ids.')
     return self._rest.read_ids(self.rebuilder.item_rows(stored, block=block))
+
+  def encoder(self) -> frame_cells.CellEncoder:
+    """A new stream's encoder: each step a cell of its new frames.
+
+    Returns:
+      A `frame_cells.CellEncoder`.
+    """
+    return self.cells.encoder()
+
+  def block_rows(self, columns: Sequence[np.ndarray]) -> np.ndarray:
+    """A call's `columns()` as the rows of blocks: each step's packed row,
+    then its stack's frames.
+
+    Args:
+      columns: `[rows, frames]`, with or without the streams' dimension.
+
+    Returns:
+      `uint8[(num_streams,) block_step_bytes]`.
+    """
+    rows, frames = columns
+    lead = rows.shape[:-1]
+    return np.concatenate(
+        [rows, frames.reshape(lead + (-1,)).view(np.uint8)], axis=-1)
+
+  def block_column(self, rows: np.ndarray, count: int) -> np.ndarray:
+    """One block's blob: its rows and the frames new in each step.
+
+    Args:
+      rows: `uint8[block_length, block_step_bytes]` (`block_rows`).
+      count: the steps the block holds.
+
+    Returns:
+      The blob (`frame_cells.Cells.block`).
+    """
+    return self.cells.block(rows, count)
+
+  def block_windows(self, items: tf.data.Dataset, count: int, *,
+                    num_steps: int, per_item: int, block_length: int,
+                    drop_remainder: bool) -> tf.data.Dataset:
+    """Batches of sampled blocks as their windows, stacks rebuilt: a batch
+    at a time (zstd, one op call), or one block at a time (zlib, two in
+    parallel).
+
+    Args:
+      items: a `reverb.TrajectoryDataset` of a table of packed items.
+      count: blocks per batch.
+      num_steps: steps per window.
+      per_item: windows cut from each block.
+      block_length: cells per block.
+      drop_remainder: drop the last, partial batch when `items` ends.
+
+    Returns:
+      `reverb.ReplaySample`s whose data is `(rows, stacks)` of
+      `[count * per_item, num_steps, ...]`.
+    """
+    if self.batches_blocks:
+      return items.batch(count, drop_remainder).map(
+          packed_items.cut_blob_batches(num_steps, per_item, block_length,
+                                        self.cut_blocks))
+    return items.map(
+        packed_items.cut_blob_windows(num_steps, per_item, block_length,
+                                      self.cut_block),
+        num_parallel_calls=2).batch(count, drop_remainder).map(
+            lambda chunk: tf.nest.map_structure(
+                lambda t: tf.reshape(t, [-1] + t.shape[2:].as_list()), chunk))
 
   def _with_stack(self, rest: Sequence[Any], stack: Any) -> Any:
     flat = list(rest)
@@ -399,3 +475,14 @@ class FrameStackedLayout:
     if block:
       rest, stacks = [r[None] for r in rest], stacks[None]
     return self._with_stack(rest, stacks)
+
+  def stored_fields(self, columns: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """A checkpoint item's blobs back to the spec's fields, with numpy.
+
+    Args:
+      columns: `[blobs]` of the item (`unpack`).
+
+    Returns:
+      Its fields, flat (`unpack`'s shapes).
+    """
+    return tree.flatten(self.unpack(columns[0]))

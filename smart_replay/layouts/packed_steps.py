@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from smart_replay.layouts import packed_items
 from smart_replay.spec import specs
 
 # The only dtypes whose bytes have one meaning: numbers and booleans.
@@ -293,10 +294,14 @@ class Layout:
     num_columns: Reverb columns per step.
     lookback: cells an item references before its first step (0 here; see
       `frame_stacks.FrameStackedLayout`).
-    stacked_field, cells: None here (a frame-stacked layout's stacked
-      field and `frame_cells.Cells`).
+    stacked_field: None here (a frame-stacked layout's stacked field).
     writer_ids: whether each stored step carries its writer ids (packed
       rows made with `ids=True`; see `StepCodec`).
+    journals_cells, rebuilds_on_read: False (`protocol.StepLayout`).
+    block_step_bytes: bytes of a packed row, a block's step ('packed'; None
+      for 'columns', which has no blocks).
+
+  A `protocol.StepLayout`.
 
   Args:
     name: see above.
@@ -325,7 +330,12 @@ class Layout:
                                      name='packed')
       self.num_columns = 1
     self.lookback = 0  # Cells an item references before its first step.
-    self.stacked_field = self.cells = None  # No frame stack (`layouts`).
+    self.stacked_field = None  # No frame stack (`layouts`).
+    # Blocks hold packed rows ('columns' has no blocks: `BufferConfig`).
+    self.block_step_bytes = self._codec and self._codec.bytes_per_step
+
+  journals_cells = False  # A journal records the call's columns.
+  rebuilds_on_read = False  # Decoding is a few reshapes and bitcasts.
 
   def describe(self) -> Dict[str, Any]:
     """`{'name', ...}`: the layout as a manifest records it (with the byte
@@ -374,6 +384,59 @@ class Layout:
       raise ValueError('this layout stores no writer ids.')
     return self._codec.read_ids(stored)
 
+  def encoder(self) -> 'WholeSteps':
+    """A new stream's encoder: each step is appended as it is.
+
+    Returns:
+      A `WholeSteps`.
+    """
+    return WholeSteps()
+
+  def block_rows(self, columns: Sequence[np.ndarray]) -> np.ndarray:
+    """A call's `columns()` as the rows of blocks: the packed rows.
+
+    Args:
+      columns: `[rows]`, `uint8[(num_streams,) bytes_per_step]`.
+
+    Returns:
+      The rows.
+    """
+    return columns[0]
+
+  def block_column(self, rows: np.ndarray, count: int) -> np.ndarray:
+    """What Reverb stores for one block: its rows as they are.
+
+    Args:
+      rows: `uint8[block_length, bytes_per_step]`.
+      count: the rows the block uses (the rest are zero).
+
+    Returns:
+      `rows`.
+    """
+    del count
+    return rows
+
+  def block_windows(self, items: tf.data.Dataset, count: int, *,
+                    num_steps: int, per_item: int, block_length: int,
+                    drop_remainder: bool) -> tf.data.Dataset:
+    """Batches of sampled blocks as their windows (one gather per batch).
+
+    Args:
+      items: a `reverb.TrajectoryDataset` of a table of packed items.
+      count: blocks per batch.
+      num_steps: steps per window.
+      per_item: windows cut from each block.
+      block_length: steps per block.
+      drop_remainder: drop the last, partial batch when `items` ends.
+
+    Returns:
+      `reverb.ReplaySample`s of `[count * per_item, num_steps, bytes]`
+      packed rows (`packed_items.cut_windows`).
+    """
+    del block_length  # The rows' shape holds it.
+    return items.batch(count, drop_remainder).map(
+        packed_items.cut_windows(num_steps, per_item))
+
   def decode(self, stored: Any) -> Any:
     """Stored columns back to the data spec, inside TensorFlow.
 
@@ -396,6 +459,41 @@ class Layout:
       A nest like `data_spec` of numpy arrays.
     """
     return stored if self._codec is None else self._codec.unpack(stored)
+
+  def stored_fields(self, columns: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """A checkpoint item's columns back to the spec's fields, with numpy.
+
+    Args:
+      columns: the item's columns as a checkpoint stores them.
+
+    Returns:
+      Its fields, flat (`[steps, ...]` each; a block's `[1, block_length,
+      ...]`).
+    """
+    if self._codec is None:
+      return list(columns)
+    return tree.flatten(self._codec.unpack(columns[0]))
+
+
+class WholeSteps:
+  """The `protocol.StepEncoder` of layouts without a frame stack: each step
+  is one Reverb step, its columns as they are."""
+
+  def cells(self, step: Sequence[Any], *, first: bool) -> List[List[Any]]:
+    """The Reverb steps of one step.
+
+    Args:
+      step: the layout's columns of the step.
+      first: unused (a step needs none before it).
+
+    Returns:
+      `[step]`.
+    """
+    del first
+    return [step]
+
+  def reset(self) -> None:
+    """Nothing to forget."""
 
 
 DEFAULT_LAYOUT = 'packed'

@@ -83,10 +83,9 @@ def make_dataset(sources: Sequence[sources_lib.Source], *,
                                                   num_steps)
   batcher = batcher_lib.Batcher(sources, windows, plan=plan, shares=shares,
                                 closed_message=closed_message)
-  heavy = output.layout.stacked_field is not None  # Stacks are rebuilt.
   dataset = batcher.dataset().map(
       lambda drawn: _finish(drawn, output),
-      num_parallel_calls=2 if heavy else None)
+      num_parallel_calls=2 if output.layout.rebuilds_on_read else None)
   return dataset.prefetch(plan.prefetch), batcher
 
 

@@ -9,10 +9,11 @@ unit a batch is made of, in this one place:
   padding);
 * a block of packed items (`layouts.packed_items`) gives `windows_per_item`
   windows, each uniform among the block's, with the window's probability;
-* a frame-stacked layout's items keep their cells (the stacks are rebuilt
-  once per batch, `Layout.decode`), except blocks, whose windows are cut and
-  rebuilt here (zstd: a chunk of blocks at a time, inflating the groups each
-  window needs; zlib: one inflate per block).
+  the layout cuts them (`StepLayout.block_windows`: packed rows in one
+  gather; a frame stack's blocks rebuilt, zstd a chunk at a time, zlib one
+  inflate per block);
+* a frame-stacked layout's other items keep their cells (the stacks are
+  rebuilt once per batch, `StepLayout.decode`).
 
 A window is `(data, info, mask)`: the stored steps (`[num_steps, ...]`, with
 `lookback` cells before them for frame stacks), Reverb's `SampleInfo` and a
@@ -26,7 +27,7 @@ import reverb
 import tensorflow as tf
 
 from smart_replay.config import tables as tables_lib
-from smart_replay.layouts import packed_items
+from smart_replay.layouts import protocol
 
 
 class Window(NamedTuple):
@@ -65,8 +66,8 @@ class Windows:
       packed items, frame stacks); names the value.
   """
 
-  def __init__(self, table: tables_lib.TableConfig, layout: Any,
-               num_steps: Optional[int]):
+  def __init__(self, table: tables_lib.TableConfig,
+               layout: protocol.StepLayout, num_steps: Optional[int]):
     length = table.item_length
     num_steps = length if num_steps is None else num_steps
     if (isinstance(num_steps, bool) or not isinstance(num_steps, int) or
@@ -91,7 +92,6 @@ class Windows:
     self._layout = layout
     self._variable = table.kind == 'episode'
     self._blocks = table.block_length is not None
-    self._frames = layout.stacked_field is not None
     self._pieces = length // num_steps
     self.per_item = table.windows_per_item if self._blocks else self._pieces
     self.dtypes, self.shapes = self._signature()
@@ -129,14 +129,14 @@ class Windows:
     count = self.items_for(windows)
     if self._variable:  # Padded one by one, then batched.
       chunks = items.map(self._pad).batch(count, drop_remainder)
-    elif self._blocks and self._frames and self._layout.batches_blocks:
-      chunks = items.batch(count, drop_remainder).map(self._cut_blobs)
-    elif self._blocks and self._frames:  # One inflate per block.
-      chunks = items.map(self._cut_blob, num_parallel_calls=2).batch(
-          count, drop_remainder).map(self._merge)
+    elif self._blocks:  # The layout cuts its blocks.
+      chunks = self._layout.block_windows(
+          items, count, num_steps=self.num_steps, per_item=self.per_item,
+          block_length=self.table.block_length,
+          drop_remainder=drop_remainder).map(
+              lambda cut: self._whole(cut.data, cut.info))
     else:
-      chunks = items.batch(count, drop_remainder).map(
-          self._cut if self._blocks else self._split)
+      chunks = items.batch(count, drop_remainder).map(self._split)
     if count * self.per_item != windows:
       chunks = chunks.map(lambda w: tf.nest.map_structure(
           lambda t: t[:windows], w))
@@ -171,27 +171,3 @@ class Windows:
     """Windows of `num_steps` stored steps each (none padded)."""
     return Window(data, info, tf.ones([tf.shape(info.key)[0], self.num_steps],
                                       tf.bool))
-
-  def _cut(self, chunk: reverb.ReplaySample) -> Window:
-    """A chunk of packed blocks as their windows (one gather)."""
-    cut = packed_items.cut_windows(self.num_steps, self.per_item)(chunk)
-    return self._whole(cut.data, cut.info)
-
-  def _cut_blob(self, sample: reverb.ReplaySample) -> reverb.ReplaySample:
-    """One frame-stacked block as its windows, rebuilt."""
-    return packed_items.cut_blob_windows(
-        self.num_steps, self.per_item, self.table.block_length,
-        self._layout.cut_block)(sample)
-
-  def _cut_blobs(self, chunk: reverb.ReplaySample) -> Window:
-    """A chunk of frame-stacked zstd blocks as their windows, rebuilt."""
-    cut = packed_items.cut_blob_batches(
-        self.num_steps, self.per_item, self.table.block_length,
-        self._layout.cut_blocks)(chunk)
-    return self._whole(cut.data, cut.info)
-
-  def _merge(self, chunk: reverb.ReplaySample) -> Window:
-    """`[items, windows, ...]` of cut blocks as `[items * windows, ...]`."""
-    flat = tf.nest.map_structure(
-        lambda t: tf.reshape(t, [-1] + t.shape[2:].as_list()), chunk)
-    return self._whole(flat.data, flat.info)

@@ -12,8 +12,8 @@ decodes them with Reverb's own protos.
 `CheckpointReader(path).items(table)` yields every item of a table once, in
 insertion order; `.pieces(table)` rebuilds the steps those items hold, as
 runs of consecutive steps of one episode. Given the buffer's
-`packed_steps.Layout`, it decodes packed steps, so items always hold one column
-per field of the spec.
+layout (`layouts.protocol.StepLayout`), it decodes its steps, so items always
+hold one column per field of the spec.
 """
 
 import collections
@@ -29,7 +29,7 @@ import tree
 from smart_replay import _reverb_internal as reverb_internal
 from smart_replay import errors
 from smart_replay import layouts
-from smart_replay.layouts import packed_steps
+from smart_replay.layouts import protocol
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import manifest as manifest_lib
 from smart_replay.utils import progress_log
@@ -108,7 +108,7 @@ class CheckpointReader:
 
   Args:
     path: a checkpoint folder (`ckpt-N`, or Reverb's timestamped folder).
-    layout: how the buffer stored its steps (`packed_steps.Layout`); None reads
+    layout: how the buffer stored its steps (`protocol.StepLayout`); None reads
       it from the folder's `manifest.json` (a `ckpt-N` folder), and reads
       the columns as Reverb stores them if there is none (e.g. a throwaway
       snapshot: pass its buffer's layout).
@@ -118,7 +118,8 @@ class CheckpointReader:
       read; names the folder and the problem.
   """
 
-  def __init__(self, path: str, layout: Optional[packed_steps.Layout] = None):
+  def __init__(self, path: str,
+               layout: Optional[protocol.StepLayout] = None):
     manifest_path = os.path.join(path, manifest_lib.MANIFEST_NAME)
     if layout is None and os.path.exists(manifest_path):
       try:
@@ -126,8 +127,9 @@ class CheckpointReader:
       except (OSError, KeyError, ValueError) as e:
         raise errors.CheckpointCorruptError(
             f'cannot read the layout of {path} from its manifest: {e}') from e
-    self._unpack = (None if layout is None or layout.name == 'columns' else
-                    layout.unpack)
+    # None: a checkpoint without a manifest (TF-Agents' own), whose columns
+    # are its fields.
+    self._layout = layout
     # Cells a frame-stacked layout's items hold before their first step.
     self._lookback = 0 if layout is None else layout.lookback
     missing = checkpoint_files.missing_files(path)
@@ -233,10 +235,10 @@ class CheckpointReader:
                       for i in range(piece.length)]
         data = np.concatenate(parts) if len(parts) > 1 else parts[0]
         columns.append(data[0] if column.squeeze else data)
-      if self._unpack is not None:  # One packed column: back to the fields.
-        columns = tree.flatten(self._unpack(columns[0]))
-        if self._lookback and len(steps) > 1:  # Not a block: its steps.
-          steps = steps[self._lookback:]
+      if self._layout is not None:  # Back to the fields.
+        columns = self._layout.stored_fields(columns)
+      if self._lookback and len(steps) > 1:  # Not a block: its steps.
+        steps = steps[self._lookback:]
       yield StoredItem(item.table, item.key, item.priority,
                        item.times_sampled,
                        item.inserted_at.seconds * 10**9 + item.inserted_at.nanos,

@@ -12,6 +12,8 @@ import numpy as np
 
 from smart_replay.config import reverb_tables
 from smart_replay.layouts import packed_items
+from smart_replay.layouts import packed_steps
+from smart_replay.layouts import protocol
 from smart_replay.spec import specs
 from smart_replay.writing import settings as settings_lib
 from smart_replay.writing import writer as writer_lib
@@ -26,52 +28,43 @@ class BlockWriter:
   Args:
     tables: the resolved configs of the tables of packed items.
     settings: the observer's `WriterSettings` (client, timeouts, counters);
-      its chunking and signatures are replaced by the blocks' own.
-    step_spec: the packed layout's `step_spec` (`uint8[bytes_per_step]`,
-      or a `tf.string` blob of a frame-stacked layout).
+      its chunking, encoder and signatures are replaced by the blocks' own.
+    layout: the buffer's `protocol.StepLayout` (it makes each block's rows
+      and what Reverb stores of them).
     num_streams: environments per observer call (1 when unbatched).
-    cells: a frame-stacked layout's `frame_cells.Cells` (each block is then
-      one blob of its cells), or None.
   """
 
   def __init__(self, tables: Sequence[Any], *,
-               settings: settings_lib.WriterSettings, step_spec: Any,
-               num_streams: int, cells: Any = None):
+               settings: settings_lib.WriterSettings,
+               layout: protocol.StepLayout, num_streams: int):
     self._counters = settings.counters
     self._out = writer_lib.StreamWriter(dataclasses.replace(
         settings, chunk_length=1, keep_alive=1, clear_at_episode_end=True,
-        num_columns=1, cells=None, signatures={
-            t.name: specs.describe_signature(reverb_tables.signature(
-                t, step_spec)) for t in tables}))
-    self._cells = cells
-    bytes_per_step = (step_spec.shape[0] if cells is None else
-                      cells.row_bytes + cells.stack_bytes)
-    self._streams = [[packed_items.BlockBuilder(t, bytes_per_step) for t in tables]
-                     for _ in range(num_streams)]
+        num_columns=1, encoder=packed_steps.WholeSteps, lookback=0,
+        signatures={t.name: specs.describe_signature(reverb_tables.signature(
+            t, layout.step_spec)) for t in tables}))
+    self._layout = layout
+    self._streams = [[packed_items.BlockBuilder(t, layout.block_step_bytes)
+                      for t in tables] for _ in range(num_streams)]
     self._out.on_restart = self.reset
     self._tables = [t.name for t in tables]  # The order of each stream's.
     self._lengths = {t.name: t.sequence_length for t in tables}
 
-  def add(self, parts: Sequence[np.ndarray], step_types: Any, *,
+  def add(self, columns: Sequence[np.ndarray], step_types: Any, *,
           batched: bool) -> None:
     """Adds one step of every stream; writes the blocks it completes.
 
     Args:
-      parts: the layout's columns of the step: packed rows, `[bytes]` or
-        `[num_streams, bytes]` (and the stacks' frames, `[(num_streams,)
-        depth, *frame]`, with a frame stack).
+      columns: the layout's columns of the step (`StepLayout.columns`),
+        with the streams' dimension when `batched`.
       step_types: the step type(s), a scalar or `[num_streams]`.
-      batched: whether `rows` has the streams' dimension.
+      batched: whether `columns` have the streams' dimension.
 
     Raises:
       WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
         `writer.StreamWriter`.
     """
-    rows = parts[0]
-    if self._cells is not None:  # Each row: the packed row, then frames.
-      lead = rows.shape[:-1]
-      rows = np.concatenate([rows, parts[1].reshape(lead + (-1,)).view(
-          np.uint8)], axis=-1)
+    rows = self._layout.block_rows(columns)
     if not batched:
       self._write(b.add(rows, int(step_types)) for b in self._streams[0])
       return
@@ -108,11 +101,8 @@ class BlockWriter:
   def _write(self, per_table: Any) -> None:
     for table, blocks in zip(self._tables, per_table):
       for rows, windows in blocks:
-        if self._cells is None:
-          self._out.append([rows])
-        else:  # One blob: the rows and the frames new in each step.
-          self._out.append([self._cells.block(
-              rows, windows + self._lengths[table] - 1)])
+        self._out.append([self._layout.block_column(
+            rows, windows + self._lengths[table] - 1)])
         self._out.defer(table, float(windows), 1)
         self._out.end_chunk()
         self._counters.items[table] += 1

@@ -85,9 +85,9 @@ class TrajectoryObserver:
     tables: the resolved configs of the tables to write (see
       `TableConfig.resolve`).
     data_spec: the spec of one step (e.g. `agent.collect_data_spec`).
-    layout: how a step's fields become Reverb columns (`packed_steps.Layout`,
-      or `frame_stacks.FrameStackedLayout`, whose `step_spec` made the
-      tables); default one column per field.
+    layout: how a step's fields become Reverb columns, a
+      `protocol.StepLayout` whose `step_spec` made the tables; default one
+      column per field.
     writes: how it writes (`WriteOptions`: `chunk_length`, None picks
       `chunking.auto_chunk_length`; `non_finite` for a NaN or +-Inf in a
       float field: 'error' refuses the step with `TrajectorySpecError`,
@@ -185,13 +185,13 @@ class TrajectoryObserver:
                     for t in step_tables},
         counters=self._counters, confirmations=self.confirmations,
         reconnected=wake, num_columns=self._layout.num_columns,
-        cells=self._layout.cells)
+        encoder=self._layout.encoder, lookback=lookback)
     # What each call does goes to the journal, if there is one.
     self._log = journal and journaling.CallLog(
         journal, tables=self.table_names, keep_alive=keep_alive,
         num_streams=num_envs or 1,
         step_types=any(t.block_length is not None for t in tables),
-        cells=self._layout.cells is not None)
+        cells=self._layout.journals_cells)
     # One (plan, writer) per environment.
     self._streams = []
     for index in range(num_envs or 1):
@@ -211,8 +211,8 @@ class TrajectoryObserver:
     self._stamp = self._layout.writer_ids and self._layout.stamp_ids
     block_tables = [t for t in tables if t.block_length is not None]
     self._blocks = block_tables and block_writer.BlockWriter(
-        block_tables, settings=settings, step_spec=self._layout.step_spec,
-        num_streams=num_envs or 1, cells=self._layout.cells)
+        block_tables, settings=settings, layout=self._layout,
+        num_streams=num_envs or 1)
     self._closed = False
     # Sends again what a restarted server lacks (`resending`), if the
     # journal keeps what this observer sent.

@@ -2,11 +2,12 @@
 
 import dataclasses
 import threading
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import reverb
 
-from smart_replay.layouts import frame_cells
+from smart_replay.layouts import packed_steps
+from smart_replay.layouts import protocol
 from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
 
@@ -30,11 +31,11 @@ class WriterSettings:
     confirmations: where confirmations are recorded.
     reconnected: set after the server came back while a write waited (the
       manager's watcher then checks whether it was restarted), or None.
-    num_columns: fields of a step.
-    cells: a frame-stacked layout's `frame_cells.Cells`: each step is then
-      `[row, frames]`, written as one cell with the frames new in it, and
-      items reference `cells.lookback` cells before their first step; None
-      for other layouts.
+    num_columns: Reverb columns of a step.
+    encoder: makes a stream's `protocol.StepEncoder` (the layout's
+      `encoder`: each step as it is, or a frame stack's cells).
+    lookback: Reverb steps an item references before its first step (the
+      layout's).
   """
   client: reverb.Client
   chunk_length: int
@@ -47,7 +48,8 @@ class WriterSettings:
   confirmations: confirmations_lib.ConfirmationLog
   reconnected: Optional[threading.Event]
   num_columns: int
-  cells: Optional[frame_cells.Cells] = None
+  encoder: Callable[[], protocol.StepEncoder] = packed_steps.WholeSteps
+  lookback: int = 0
 
   @property
   def table_names(self) -> List[str]:

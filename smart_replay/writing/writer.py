@@ -66,10 +66,11 @@ class StreamWriter:
     self._chunk_length = settings.chunk_length
     self._squeeze = [False] * settings.num_columns
     self.history = collections.deque(maxlen=settings.keep_alive)
-    # Frame-stacked layouts: each step is a cell of its new frames, and
-    # items reference `lookback` cells before their first step.
-    self._cells = settings.cells and settings.cells.encoder()
-    self.lookback = settings.cells.lookback if settings.cells else 0
+    # The layout's encoder of each step into Reverb steps (a frame stack's:
+    # a cell of its new frames; items then reference `lookback` cells
+    # before their first step).
+    self._encoder = settings.encoder()
+    self.lookback = settings.lookback
     # Items whose last step is in the open chunk: (table, priority, columns,
     # last step), created when the chunk is complete (see `_PENDING_LIMIT`).
     self.deferred = []
@@ -127,18 +128,16 @@ class StreamWriter:
     return self.append_cells(self.encode(step))
 
   def encode(self, step: List[np.ndarray]) -> List[List[Any]]:
-    """The Reverb steps of one step: its cells with a frame stack (the
-    encoder goes on to the next step), else the step itself.
+    """The Reverb steps of one step, as the layout's encoder makes them (a
+    frame stack's goes on to the next step).
 
     Args:
-      step: the step's fields, flat.
+      step: the layout's columns of the step.
 
     Returns:
       `[columns of a Reverb step, ...]`.
     """
-    if self._cells:
-      return self._cells.cells(step, first=not self.history)
-    return [step]
+    return self._encoder.cells(step, first=not self.history)
 
   def append_cells(self, cells: List[List[Any]]) -> bool:
     """Appends one step as Reverb steps already encoded (`encode`; a
@@ -281,8 +280,7 @@ class StreamWriter:
   def _forget_cells(self) -> None:
     """Drops the cell references; the next cell holds a whole stack."""
     self.history.clear()
-    if self._cells:
-      self._cells.reset()
+    self._encoder.reset()
 
   def _outage(self, pending: Optional[Tuple[int, int]]) -> None:
     """The server stopped answering while `pending` = Reverb's `(unsent,

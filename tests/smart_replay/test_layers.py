@@ -5,7 +5,9 @@ A module may import modules of its own package or of a package below it,
 never above; no two modules import each other, directly or through others,
 counting every import (inside functions and `TYPE_CHECKING` blocks too); the
 write path and the read path (`INDEPENDENT`) never import each other, their
-shared formats live below both (`layouts`). A call into a lower package
+shared formats live below both (`layouts`), and outside `layouts` a layout is
+used only through its protocol (`layouts.protocol.StepLayout`), never asked
+which format it is. A call into a lower package
 never hands it a callback that climbs back up (`climbing_callbacks`). A
 module over 400 lines is worth a look (a warning: two concepts?); over 600
 fails. The root `__init__.py` is exempt: it names its public modules in
@@ -277,6 +279,56 @@ def test_the_checks_see_crossed_paths_and_a_climbing_callback():
       'smart_replay.manager.planted:8 local.LocalBackend(lambda: '
       'state.Counts())',
       'smart_replay.manager.planted:10 local.LocalBackend(self)']
+
+
+def protocol_members(source: str) -> Set[str]:
+  """The public members `StepLayout` declares in `layouts/protocol.py`."""
+  for node in ast.parse(source).body:
+    if isinstance(node, ast.ClassDef) and node.name == 'StepLayout':
+      names = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+      names |= {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+      return {n for n in names if not n.startswith('_')}
+  raise AssertionError('layouts/protocol.py declares no StepLayout')
+
+
+# A layout's description (`StepLayout.describe()`) is a dict, also named so.
+_DESCRIPTION_METHODS = {'get', 'items', 'keys'}
+
+
+def format_questions(sources: Dict[str, str], members: Set[str]) -> List[str]:
+  """Uses of a layout outside `layouts` beyond its protocol, as `module:line
+  name.attribute` (a name ending in 'layout' holds one)."""
+  found = []
+  for module, source in sorted(sources.items()):
+    if module.startswith('smart_replay.layouts'):
+      continue
+    for node in ast.walk(ast.parse(source)):
+      if not isinstance(node, ast.Attribute):
+        continue
+      base = node.value
+      name = (base.id if isinstance(base, ast.Name) else
+              base.attr if isinstance(base, ast.Attribute) else '')
+      if (name.endswith('layout') and node.attr not in members and
+          node.attr not in _DESCRIPTION_METHODS):
+        found.append(f'{module}:{node.lineno} {name}.{node.attr}')
+  return found
+
+
+def test_layouts_are_used_through_their_protocol():
+  sources = _sources()
+  members = protocol_members(sources['smart_replay.layouts.protocol'])
+  assert {'encoder', 'block_windows', 'decode'} <= members
+  questions = format_questions(sources, members)
+  assert not questions, (
+      'a layout used beyond `layouts.protocol.StepLayout` (add what the '
+      'write or read path needs to the protocol and to every layout):\n' +
+      '\n'.join(questions))
+  planted = {'smart_replay.writing.planted': (
+      'def f(self):\n'
+      '  if self._layout.stacked_field is not None:\n'
+      '    return self._layout.encoder()\n')}
+  assert format_questions(planted, members) == [
+      'smart_replay.writing.planted:2 _layout.stacked_field']
 
 
 @pytest.mark.parametrize('module', sorted(MODULES))
