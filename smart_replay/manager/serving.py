@@ -93,7 +93,9 @@ class Serving:
   def _run(self, started: backend_lib.Started) -> None:
     """The running buffer of what the backend started."""
     options, config = self._options, started.config
-    self._journals.choose(config.step_layout, options.data_spec)
+    self._journals.choose(
+        config.step_layout, options.data_spec,
+        blocks=any(t.block_length is not None for t in config.tables))
     first = config.table()
     manifest = started.loaded['manifest'] if started.loaded else None
     self._state.running = running = state_lib.Running(

@@ -219,26 +219,37 @@ def test_a_buffer_never_checkpointed_keeps_a_journal_of_about_its_capacity(
   manager.close()
 
 
-def test_the_default_journals_small_steps_and_not_frame_stacks(tmp_path):
-  """'auto': 'every_second' for small steps; none for a frame-stacked buffer
-  (each step's whole stack, 28 KB here, uncompressed) unless asked for by
-  name, or unless the folder already holds a journal."""
+def test_the_default_journals_small_steps_and_frame_cells_not_whole_stacks(
+    tmp_path):
+  """'auto': 'every_second' for small steps and for a frame-stacked buffer
+  (its records hold cells: new frames, compressed); none where records would
+  hold each step's whole stack uncompressed (a frame stack with packed
+  items, 7 KB a step here) unless asked for by name, or unless the folder
+  already holds a journal."""
   from tests import testing  # pylint: disable=g-import-not-at-top
   small = rounds.make_manager(str(tmp_path / 'small'), journal='auto')
   small.create_replay_buffer()
   assert small.stats()['journal']['sync'] == 'every_second'
   small.close()
   frames = testing.frame_spec([4, 42, 42])  # 7 KB a step.
+  cells = smart_replay.ReplayBufferManager(
+      frames, capacity=100, checkpoint_dir=str(tmp_path / 'cells'),
+      sequence_length=2)
+  cells.create_replay_buffer()
+  assert cells.stats()['journal']['sync'] == 'every_second'
+  cells.close()
   stacked = str(tmp_path / 'stacked')
+  blocks = [smart_replay.TableConfig(block_length=8)]
   manager = smart_replay.ReplayBufferManager(
-      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2)
+      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2,
+      table_configs=blocks)
   _, observer = manager.create_replay_buffer()
   assert 'journal' not in manager.stats()
   manager.close()
   assert not os.path.exists(os.path.join(stacked, 'journal'))
   manager = smart_replay.ReplayBufferManager(
       frames, capacity=100, checkpoint_dir=stacked, sequence_length=2,
-      journal='every_second')
+      table_configs=blocks, journal='every_second')
   _, observer = manager.create_replay_buffer(overwrite=True)
   manager.checkpoint()
   for step in testing.frame_stream(5, depth=4):
@@ -248,7 +259,8 @@ def test_the_default_journals_small_steps_and_not_frame_stacks(tmp_path):
   assert manager.stats()['journal']['sync'] == 'every_second'
   manager.close()
   manager = smart_replay.ReplayBufferManager(  # 'auto' keeps the journal.
-      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2)
+      frames, capacity=100, checkpoint_dir=stacked, sequence_length=2,
+      table_configs=blocks)
   manager.load_replay_buffer()
   assert manager.stats()['journal']['sync'] == 'every_second'
   manager.close()
