@@ -25,7 +25,11 @@ from typing import Iterator, List, Optional, Tuple
 MAGIC = b'SRJ1'
 _FRAME = struct.Struct('<4sIIQB')
 FRAME_BYTES = _FRAME.size
-_NUMBERED = struct.Struct('<QB')  # What the checksum covers before the payload.
+# The frame in two parts (a writer's hot path packs them so): magic, length
+# and crc; then seq and kind, which the checksum covers before the payload.
+PREFIX = struct.Struct('<4sII')
+NUMBERED = struct.Struct('<QB')
+_NUMBERED = NUMBERED
 # A header record's kind; a journal's user numbers its own kinds from 1.
 HEADER = 0
 # The largest payload a record may hold (a batch of pixel steps fits).

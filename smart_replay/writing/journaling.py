@@ -102,6 +102,11 @@ def journal_meta(layout: Any, data_spec: Any, *, num_envs: Optional[int],
           'layout': layout.describe()}
 
 
+_append = writer_lib.StreamWriter.append
+_defer = writer_lib.StreamWriter.defer
+_end_chunk = writer_lib.StreamWriter.end_chunk
+
+
 class RecordedStream(writer_lib.StreamWriter):
   """A `StreamWriter` that also records what it is asked to do in the
   observer's `CallLog` (as stream `index`).
@@ -118,24 +123,28 @@ class RecordedStream(writer_lib.StreamWriter):
     self._ending = False
     super().__init__(settings)
 
+  # An observer calls append, defer and end_chunk at every step: they call
+  # the base class's methods directly (no `super()` lookup).
+
   def append(self, step: List[np.ndarray]) -> bool:
-    if self._log.records_cells:
+    log = self._log
+    if log.records_cells:
       cells = self.encode(step)
-      self._log.appended_cells(self._index, cells)
+      log.appended_cells(self._index, cells)
       return self.append_cells(cells)
-    self._log.appended(self._index)
-    return super().append(step)
+    log.appended(self._index)
+    return _append(self, step)
 
   def defer(self, table: str, priority: float, length: int) -> None:
-    self._log.op(DEFER, self._index, table, priority, length)
-    super().defer(table, priority, length)
+    self._log.deferred(self._index, table, priority, length)
+    _defer(self, table, priority, length)
 
   def end_chunk(self) -> None:
-    self._log.op(END_CHUNK, self._index)
-    super().end_chunk()
+    self._log.plain_op(END_CHUNK, self._index)
+    _end_chunk(self)
 
   def end_episode(self) -> None:
-    self._log.op(END_EPISODE, self._index)
+    self._log.plain_op(END_EPISODE, self._index)
     self._ending = True  # Its finish_episode is part of it.
     try:
       super().end_episode()
@@ -144,7 +153,7 @@ class RecordedStream(writer_lib.StreamWriter):
 
   def finish_episode(self) -> None:
     if not self._ending:
-      self._log.op(FINISH_EPISODE, self._index)
+      self._log.plain_op(FINISH_EPISODE, self._index)
     super().finish_episode()
 
   def _forget_cells(self) -> None:
@@ -206,30 +215,37 @@ class CallLog:
     self._columns = not cells or step_types
     self._cells: List[bytes] = []
     self._tables = {name: index for index, name in enumerate(tables)}
-    self._ops = bytearray()
-    self._count = 0
+    self._ops = bytearray()  # The call's ops, `_OP.size` bytes each.
     self._parts: List[Any] = []
     self._counted = (0, 0, 0)
+    self._seq = 0  # The number the call in progress's record gets.
     # Per stream, the record of each step its writer history holds.
     self._history = [collections.deque(maxlen=keep_alive)
                      for _ in range(num_streams)]
-    # Per stream, its APPEND op (it has no arguments), packed once.
-    self._appends = [_OP.pack(APPEND, stream, 0, 0.0, 0)
-                     for stream in range(num_streams)]
+    # Per op without arguments, per stream, the op packed once.
+    self._plain = {code: [_OP.pack(code, stream, 0, 0.0, 0)
+                          for stream in range(num_streams)]
+                   for code in (APPEND, END_CHUNK, END_EPISODE,
+                                FINISH_EPISODE)}
+    self._appends = self._plain[APPEND]
 
   def begin(self, columns: Sequence[np.ndarray], step_types: Any,
             counters: Any) -> None:
     """Starts the record of a call that took these columns (none for an
     end of episode); `counters` are the observer's, before the call."""
     # Slot 0 takes the header at commit, slot 1 the cells.
-    self._parts = [b'', b''] + ([c.tobytes() for c in columns]
-                                if self._columns else [])
-    self._parts.append(np.asarray(step_types, np.int8).tobytes()
-                       if self._step_types else b'')
+    parts = [b'', b'']
+    if self._columns:
+      for column in columns:
+        parts.append(column.tobytes())
+    parts.append(np.asarray(step_types, np.int8).tobytes()
+                 if self._step_types else b'')
+    self._parts = parts
     self._counted = (counters.steps, counters.env_steps, counters.episodes)
     self._ops = bytearray()
-    self._count = 0
-    self._cells = []
+    if self._cells:
+      self._cells = []
+    self._seq = self.journal.next_seq
 
   def op(self, code: int, stream: int = 0, table: Optional[str] = None,
          priority: float = 0.0, length: int = 0) -> None:
@@ -237,22 +253,30 @@ class CallLog:
     through `appended`)."""
     self._ops += _OP.pack(code, stream, self._tables[table] if table else 0,
                           priority, length)
-    self._count += 1
+
+  def deferred(self, stream: int, table: str, priority: float,
+               length: int) -> None:
+    """Records a DEFER on `stream` (an item of `table`)."""
+    self._ops += _OP.pack(DEFER, stream, self._tables[table], priority,
+                          length)
+
+  def plain_op(self, code: int, stream: int) -> None:
+    """Records an op without arguments (END_CHUNK, END_EPISODE,
+    FINISH_EPISODE) on `stream`, from bytes packed once."""
+    self._ops += self._plain[code][stream]
 
   def appended(self, stream: int) -> None:
     """Records an APPEND on `stream`, the most frequent op, from bytes
     packed once."""
     self._ops += self._appends[stream]
-    self._count += 1
-    self._history[stream].append(self.journal.next_seq)
+    self._history[stream].append(self._seq)
 
   def appended_cells(self, stream: int, cells: List[List[np.ndarray]]
                      ) -> None:
     """Records the cells a stream appended for a step (`[[blob], ...]`)."""
     self._ops += _OP.pack(APPEND_CELLS, stream, 0, 0.0, len(cells))
-    self._count += 1
     self._cells += [cell[0].item() for cell in cells]
-    self._history[stream].append(self.journal.next_seq)
+    self._history[stream].append(self._seq)
 
   def forget(self, stream: int) -> None:
     """A stream's writer dropped its history (an episode end that clears
@@ -271,20 +295,22 @@ class CallLog:
         journal`; the record is kept in memory).
     """
     steps, env_steps, episodes = self._counted
-    counted = (counters.steps - steps, counters.env_steps - env_steps,
-               counters.episodes - episodes)
-    if not self._count and not any(counted):
-      self._parts = []
+    steps = counters.steps - steps
+    env_steps = counters.env_steps - env_steps
+    episodes = counters.episodes - episodes
+    parts, cells, ops = self._parts, self._cells, self._ops
+    self._parts = []
+    if not ops and not (steps or env_steps or episodes):
       return None
-    parts, cells = self._parts, self._cells
-    parts[0] = _HEADER.pack(FORMAT_CELLS if cells else FORMAT,
-                            len(parts) - 3, self._count, *counted)
     if cells:
       parts[1] = b''.join(
           [_COUNT.pack(len(cells)),
            np.array([len(c) for c in cells], '<u4').tobytes()] + cells)
-    parts.append(self._ops)
-    self._parts, self._cells = [], []
+      self._cells = []
+    parts[0] = _HEADER.pack(FORMAT_CELLS if cells else FORMAT,
+                            len(parts) - 3, len(ops) // _OP.size, steps,
+                            env_steps, episodes)
+    parts.append(ops)
     return self.journal.append(CALL, b''.join(parts))
 
   def flushed(self) -> int:
