@@ -270,15 +270,15 @@ class WriteOptions:
       most the last second is lost) or 'off' (written, never fsynced: a
       process kill loses nothing flushed, a machine crash may); False: no
       journal (only checkpoints survive a crash); 'auto' (the default):
-      'every_second', but none for a buffer whose steps would take more
-      than 4 KiB of journal each (images, frame stacks: said once in the
-      log; ask for it by name to have it). Client-mode buffers have none.
+      'every_second', but none for a buffer whose records would take more
+      than 4 KiB a step (images; frame stacks with packed items, whose
+      records keep whole stacks: said once in the log; ask for it by name
+      to have it). Client-mode buffers have none.
     resend_bytes: a client-mode observer of one server keeps up to this
       many bytes of what it sent (the calls, as a journal records them),
       to send again what a restart of the server from an older checkpoint
-      lost (`resending.Resender.resend`; packed layouts without packed
-      items); what no longer fits is counted as lost if a restart needs
-      it.
+      lost (`resending.Resender.resend`; packed layouts); what no longer
+      fits is counted as lost if a restart needs it.
       0: keep nothing (the loss is counted by time, a lower bound).
 
   Raises:

@@ -18,7 +18,7 @@ Only where it can work: a client of servers (`Backend.resends`), a layout
 with writer ids, without packed items (blocks are not made again).
 """
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from absl import logging
 
@@ -66,17 +66,20 @@ class SentRecords:
                    'what the server lacks.', self._dir, self._adoptable)
 
   def new(self, *, usable: bool, layout: Any, data_spec: Any,
-          num_envs: Optional[int], tables: List[str]
+          num_envs: Optional[int], tables: List[str],
+          block_tables: Sequence[str] = ()
           ) -> Tuple[Optional[Kept], bool]:
     """What a new observer keeps, and whether it took over a journal.
 
     Args:
       usable: whether the buffer allows it (a client of servers, a layout
-        with writer ids, no packed items).
+        with writer ids).
       layout: the buffer's layout.
       data_spec: the spec of one step.
       num_envs: the observer's environments per call.
       tables: the tables' names.
+      block_tables: those of packed items (their dropped calls are counted
+        in windows).
 
     Returns:
       `(kept, adopted)`: None without anything to keep.
@@ -95,7 +98,7 @@ class SentRecords:
           writer_id=journal_segments.new_writer_id(), meta=meta,
           max_bytes=self._writes.resend_bytes,
           count_items=lambda record: resending.count_items(
-              record, meta['columns'], tables)), False
+              record, meta['columns'], tables, block_tables)), False
     sync = (journal_lib.DEFAULT_SYNC
             if self._writes.journal in (options_lib.JOURNAL_AUTO, False)
             else self._writes.journal)

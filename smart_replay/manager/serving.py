@@ -176,11 +176,10 @@ class Serving:
         layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
         tables=names)
     sent, adopted = (None, False) if kept or not journal else self._sent.new(
-        # Blocks are not made again.
-        usable=self._backend.resends and layout.writer_ids and
-        all(t.block_length is None for t in tables),
+        usable=self._backend.resends and layout.writer_ids,
         layout=layout, data_spec=self._options.data_spec, num_envs=num_envs,
-        tables=names)
+        tables=names,
+        block_tables=[t.name for t in tables if t.block_length is not None])
     obs = observer_lib.TrajectoryObserver(
         running.client, tables=tables, data_spec=self._options.data_spec,
         layout=running.config.step_layout, writes=self._options.writes,

@@ -15,6 +15,11 @@ that wrote it; an item is known by the ids of its last step. Two readings:
   (`resending.Resender.resend`): the items its old connection sent again by
   itself after the restart are there, out of order.
 
+A table of packed items counts **windows**, not blocks: a block of W windows
+is W ends, at the calls of its last W rows (a window ends at each), so a
+writer can tell which windows a server lacks whatever blocks its first
+connection made (`block_resending`).
+
 Reading costs one pass over `items.tfrecord` and the decoding of the chunks
 holding items' last steps (for packed rows, most of the checkpoint's data),
 about 20 µs per item.
@@ -111,7 +116,8 @@ def _item_ends(path: str, layout: Any, *, every: bool
         path, 'tables.tfrecord',
         reverb_internal.checkpoint_pb2.PriorityTableCheckpoint)]
     # Per chunk and (table, column tensor): {step an item ends at: [items,
-    # whether they are blocks]}.
+    # windows if it is a block (an item of one step; a frame-stacked window
+    # holds its lookback cells too), else 0]}.
     wanted: Dict[int, Dict[Tuple[str, int], Dict[int, List[Any]]]] = (
         collections.defaultdict(lambda: collections.defaultdict(dict)))
     for item in checkpoint_files.records(
@@ -127,9 +133,8 @@ def _item_ends(path: str, layout: Any, *, every: bool
       if step in steps:
         steps[step][0] += 1
       else:
-        # An item of one step is a block (a frame-stacked window holds its
-        # lookback cells too).
-        steps[step] = [1, len(pieces) == 1 and piece.length == 1]
+        block = len(pieces) == 1 and piece.length == 1
+        steps[step] = [1, int(round(item.priority)) if block else 0]
     ends = []
     found = 0
     for chunk in checkpoint_files.records(
@@ -143,11 +148,15 @@ def _item_ends(path: str, layout: Any, *, every: bool
         if index not in decoded:
           decoded[index] = reader_lib.decode_tensor(
               chunk.data.tensors[index], chunk.delta_encoded)
-        for step, (count, block) in steps.items():
+        for step, (count, windows) in steps.items():
           writers, streams, seqs = (np.atleast_1d(a) for a in layout.read_ids(
-              decoded[index][step], block=block))
+              decoded[index][step], block=bool(windows)))
           real = np.flatnonzero(writers)  # A block's unused rows are zeros.
           if not len(real):
+            continue
+          if windows:  # A window ends at each of the last `windows` rows.
+            ends += [(table, int(writers[r]), int(streams[r]), int(seqs[r]),
+                      1) for r in real[-windows:]]
             continue
           last = real[np.argmax(seqs[real])]
           ends.append((table, int(writers[last]), int(streams[last]),

@@ -98,11 +98,26 @@ class BlockWriter:
     """Closes the Reverb writer at once (call `flush()` first)."""
     self._out.close()
 
+  def write_block(self, table: str, rows: np.ndarray, windows: int) -> None:
+    """Writes one complete block as an item of `table`.
+
+    Args:
+      table: a table of packed items this writer writes.
+      rows: `uint8[block_length, block_step_bytes]`, the block's rows (the
+        unused ones zero).
+      windows: the windows it holds (its priority).
+
+    Raises:
+      WaitTimeoutError, ServerUnavailableError, WriteFailedError: see
+        `writer.StreamWriter`.
+    """
+    self._out.append([self._layout.block_column(
+        rows, windows + self._lengths[table] - 1)])
+    self._out.defer(table, float(windows), 1)
+    self._out.end_chunk()
+    self._counters.items[table] += 1
+
   def _write(self, per_table: Any) -> None:
     for table, blocks in zip(self._tables, per_table):
       for rows, windows in blocks:
-        self._out.append([self._layout.block_column(
-            rows, windows + self._lengths[table] - 1)])
-        self._out.defer(table, float(windows), 1)
-        self._out.end_chunk()
-        self._counters.items[table] += 1
+        self.write_block(table, rows, windows)

@@ -218,9 +218,9 @@ class TrajectoryObserver:
     # journal keeps what this observer sent.
     self.resender = self._log and keeps_sent and resending.Resender(
         log=self._log, settings=settings, counters=self._counters,
-        lock=self._lock, tables=self.table_names,
-        step_tables=[t.name for t in step_tables],
-        num_streams=num_envs or 1, batched=num_envs is not None) or None
+        lock=self._lock, tables=self.table_names, block_tables=block_tables,
+        layout=self._layout, num_streams=num_envs or 1,
+        batched=num_envs is not None) or None
 
   table_names = property(lambda self: [t.name for t in self._tables],
                          doc='The tables this observer writes to.')

@@ -13,6 +13,9 @@ the rest again from the kept calls, in order, on writers of their own:
   reconnected (the items in flight when the server died) and new items:
   the server lists them (`held`).
 
+Tables of packed items are counted in windows, and the windows the server
+lacks are packed into new blocks (`block_resending`).
+
 `Resender` is an observer's part of it: its floors (a checkpoint that may
 have been written during a re-send gives none: it may lack a gap below its
 marks), a re-send that failed and waits for the next check, letting go of
@@ -26,8 +29,11 @@ import math
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
+from tf_agents.trajectories import time_step as ts
 
 from smart_replay.storage import journal_segments
+from smart_replay.writing import block_resending
+from smart_replay.writing import block_writer
 from smart_replay.writing import confirmations as confirmations_lib
 from smart_replay.writing import counters as counters_lib
 from smart_replay.writing import journaling
@@ -35,18 +41,24 @@ from smart_replay.writing import settings as settings_lib
 from smart_replay.writing import writer as writer_lib
 
 
+_FIRST = int(ts.StepType.FIRST)
+
 Floors = Dict[Tuple[int, str], Tuple[int, int]]
 Held = Dict[Tuple[int, str], Dict[int, int]]
 
 
 def count_items(record: Any, columns: Sequence[Dict[str, Any]],
-                tables: Sequence[str]) -> Dict[Tuple[int, str], int]:
+                tables: Sequence[str], block_tables: Sequence[str] = ()
+                ) -> Dict[Tuple[int, str], int]:
   """The items a record made, per stream and table.
 
   Args:
     record: a record (`seq`, `kind`, `payload`).
     columns: the journal meta's `describe_columns`.
     tables: the tables' names, in the order records index them.
+    block_tables: those of packed items, counted in windows: one per row
+      that does not begin an episode (exact for windows of 2 steps; for
+      longer ones an episode's first rows count too).
 
   Returns:
     `{(stream, table): items}` (empty for a record that is not a call).
@@ -58,6 +70,11 @@ def count_items(record: Any, columns: Sequence[Dict[str, Any]],
   for code, stream, table, _, _ in call.ops:
     if code == journaling.DEFER:
       counts[(stream, tables[table])] += 1
+    elif code == journaling.BLOCK_ADD:
+      for index, step_type in enumerate(call.step_types):
+        if int(step_type) != _FIRST:
+          for name in block_tables:
+            counts[(index, name)] += 1
   return dict(counts)
 
 
@@ -90,7 +107,8 @@ def _held(key: Tuple[int, str], seq: int, *, floors: Floors,
 
 def resend(contents: journal_segments.JournalContents, *, floors: Floors,
            held: Held, streams: Sequence[Any], tables: Sequence[str],
-           batched: bool) -> Resent:
+           batched: bool,
+           blocks: Optional[block_resending.BlockGaps] = None) -> Resent:
   """Makes again the items a server lacks, from a writer's kept records.
 
   Every step of the records is appended again (the context later items
@@ -100,9 +118,10 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
   them), at the floor its `items` first ones (or as many as it holds now, if
   more), above it as many as it holds now (`held`: items the writer's old
   connection sent again by itself after the restart, and new ones); the
-  rest are made again, in order. Packed tables (blocks) are not made again
-  here. An item whose steps (and a frame stack's cells before them) are no
-  longer all kept is counted lost instead.
+  rest are made again, in order. The windows of packed tables the server
+  lacks go to `blocks`, which packs them into new blocks. An item whose
+  steps (and a frame stack's cells before them) are no longer all kept is
+  counted lost instead.
 
   Args:
     contents: the writer's kept records (`storage.retained`).
@@ -112,9 +131,12 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
     streams: fresh `StreamWriter`s, one per stream of the writer.
     tables: the tables' names, in the order the records index them.
     batched: whether the writer took batches (`num_envs`).
+    blocks: the writer's packed tables' `block_resending.BlockGaps` (its
+      `is_held` answering from the same floors and `held`), or None.
 
   Returns:
-    What was made again; the writers are flushed.
+    What was made again (packed tables: blocks made, windows lost); the
+    writers are flushed.
 
   Raises:
     ValueError: if a record does not decode.
@@ -141,8 +163,14 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
     cursor = [0]
     for op in call.ops:
       code, stream, table, priority, length = op
+      if code == journaling.BLOCK_ADD and blocks:
+        blocks.add(call.columns, call.step_types, record.seq)
+        continue
+      if code == journaling.BLOCK_END_EPISODE and blocks:
+        blocks.end_episode()
+        continue
       if code not in journaling.STREAM_OPS:
-        continue  # Packed blocks are not made again.
+        continue
       out = streams[stream]
       if code == journaling.DEFER:
         name = tables[table]
@@ -161,6 +189,12 @@ def resend(contents: journal_segments.JournalContents, *, floors: Floors,
     _fault_point('resent')
   for out in streams:
     out.flush()
+  if blocks:
+    blocks.finish()
+    for name, count in blocks.items.items():
+      done.items[name] = done.items.get(name, 0) + count
+    for name, count in blocks.lost.items():
+      done.lost[name] = done.lost.get(name, 0) + count
   return done
 
 
@@ -206,7 +240,8 @@ class Resender:
       `lost_at_restart`).
     lock: the observer's lock.
     tables: the tables' names, in the order records index them.
-    step_tables: those of steps (not packed items).
+    block_tables: the resolved configs of its tables of packed items.
+    layout: the buffer's `protocol.StepLayout` (for the blocks' rows).
     num_streams: the observer's streams.
     batched: whether it takes batches (`num_envs`).
   """
@@ -214,12 +249,18 @@ class Resender:
   def __init__(self, *, log: journaling.CallLog,
                settings: settings_lib.WriterSettings,
                counters: counters_lib.Counters, lock: Any,
-               tables: Sequence[str], step_tables: Sequence[str],
-               num_streams: int, batched: bool):
+               tables: Sequence[str], block_tables: Sequence[Any],
+               layout: Any, num_streams: int, batched: bool):
     self._log, self._settings = log, settings
     self._counters, self._lock = counters, lock
-    self._tables, self._step_tables = list(tables), list(step_tables)
+    self._tables, self._block_tables = list(tables), list(block_tables)
+    self._layout = layout
     self._num_streams, self._batched = num_streams, batched
+    # Calls kept before a packed table's floor, for the rows of the windows
+    # after it (an end of episode or a flush is a call without a row).
+    self._block_margin = 2 * max(
+        (t.sequence_length for t in self._block_tables), default=0) + (
+            8 if self._block_tables else 0)
     self.pending = False
     # Per (stream, table), `(seq, items)` below which the server has every
     # item, or let it go; checkpoints numbered from `_safe_from` on may give
@@ -277,12 +318,23 @@ class Resender:
           confirmations=confirmations_lib.ConfirmationLog())
       streams = [writer_lib.StreamWriter(settings)
                  for _ in range(self._num_streams)]
+      out = self._block_tables and block_writer.BlockWriter(
+          self._block_tables, settings=settings, layout=self._layout,
+          num_streams=self._num_streams)
+      blocks = out and block_resending.BlockGaps(
+          self._block_tables, layout=self._layout, out=out,
+          num_streams=self._num_streams, batched=self._batched,
+          is_held=lambda key, seq: _held(
+              key, seq, floors=floors, held=held) >= 1,
+          fresh=kept.dropped_through == 0)
       try:
         done = resend(kept.contents(), floors=floors, held=held,
                       streams=streams, tables=self._tables,
-                      batched=self._batched)
+                      batched=self._batched, blocks=blocks or None)
       finally:
-        for out in streams:
+        for stream in streams:
+          stream.close()
+        if out:
           out.close()
       dropped, exact = lost_in_dropped(
           kept.dropped, dropped_through=kept.dropped_through, floors=floors,
@@ -316,7 +368,7 @@ class Resender:
       last = self.kept.next_seq - 1
       self._forgotten = {(stream, table): (last, 1 << 62)
                          for stream in range(self._num_streams)
-                         for table in self._step_tables}
+                         for table in self._tables}
       self._floors = self._with_forgotten(self._floors)
       self.pending = False
       self.kept.drop_through(self._log.keep_from() - 1)
@@ -336,12 +388,14 @@ class Resender:
       if marks is None or number is None or number < self._safe_from:
         return
       self._floors = self._with_forgotten(_floors_of(marks))
-      if len(self._floors) < self._num_streams * len(self._step_tables):
+      if len(self._floors) < self._num_streams * len(self._tables):
         return
-      # Each stream's steps are kept from its oldest floor on, and from
-      # the oldest step a later item may reference.
+      # Each stream's steps are kept from its oldest floor on (and the rows
+      # before it a packed table's next windows need), and from the oldest
+      # step a later item may reference.
       lowest = min(seq for seq, _ in self._floors.values())
-      self.kept.drop_through(min(lowest - 1, self._log.keep_from() - 1))
+      self.kept.drop_through(min(lowest - 1 - self._block_margin,
+                                 self._log.keep_from() - 1))
 
   def _with_forgotten(self, floors: Floors) -> Floors:
     """`floors`, each at least what `forget_sent` left behind."""

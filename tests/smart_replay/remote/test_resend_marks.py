@@ -10,6 +10,7 @@ import tree
 import smart_replay
 from smart_replay.control import client as control_client
 from smart_replay.control import credentials as credentials_lib
+from smart_replay.layouts import packed_items
 from smart_replay.remote import replay_server as serve
 from smart_replay.server import checkpointer
 from smart_replay.storage import manifest as manifest_lib
@@ -135,4 +136,64 @@ def test_a_frame_stacked_client_sends_its_cells_again(tmp_path):
   want = collections.Counter(
       testing.item_fingerprint(tree.flatten(item))
       for item in testing.expected_items(steps, 2))
+  assert stored == want
+
+
+@pytest.mark.parametrize('frames', [False, True], ids=['packed', 'frames'])
+def test_a_client_sends_again_the_windows_of_packed_items_a_server_lacks(
+    tmp_path, data_spec, frames):
+  # Blocks of packed items: the restarted server lacks the blocks written
+  # after its checkpoint, and the ones open then; the client packs the
+  # windows it lacks into new blocks, so the buffer holds every window
+  # once (windows of 3 steps: a new block repeats 2 rows).
+  port = ports.free_port_pair()
+  length = 2 if frames else 3
+  spec = testing.frame_spec([3, 6, 5]) if frames else data_spec
+  options = dict(frame_stack=smart_replay.FrameStack('observation', 0)
+                 ) if frames else {}
+
+  def serve_blocks():
+    manager = smart_replay.ReplayBufferManager(
+        data_spec=spec, capacity=1000, sequence_length=length,
+        checkpoint_dir=str(tmp_path / 'buffer'), port=port,
+        table_configs=[smart_replay.TableConfig(block_length=8)], **options)
+    return serve.ReplayServer(manager).start()
+
+  server = serve_blocks()
+  client = smart_replay.ReplayBufferManager(
+      data_spec=spec, server_address=f'localhost:{port}',
+      control_token_file=server.token_file, sample_timeout_s=5.0,
+      write_timeout_s=5.0, restart_check_s=3600.0)
+  steps = testing.frame_stream(80, seed=4) if frames else []
+  try:
+    _, observer = client.connect()
+    assert observer.retains
+    if frames:
+      for step in steps[:37]:
+        observer(step)
+    else:
+      testing.run_actor(lambda t: (steps.append(t), observer(t)), 37, seed=4)
+    client.checkpoint()  # Mid-block: the open blocks are in no checkpoint.
+    if frames:
+      for step in steps[37:]:
+        observer(step)
+    else:
+      testing.run_actor(lambda t: (steps.append(t), observer(t)), 43, seed=5)
+    observer.flush()  # Stored, in no checkpoint.
+    server.close(final_checkpoint=False)
+    server = serve_blocks()
+    client.flush()  # Sees the restart, sends again what it lacks.
+    assert observer.num_resent_items > 0
+    assert observer.num_lost_items == 0
+  finally:
+    client.close()
+  final = server.close()
+  reader = checkpoint_reader.CheckpointReader(final)
+  stored = collections.Counter(
+      testing.item_fingerprint(window.columns)
+      for window in packed_items.window_items(
+          list(reader.items()), length))
+  want = collections.Counter(
+      testing.item_fingerprint(tree.flatten(item))
+      for item in testing.expected_items(steps, length))
   assert stored == want

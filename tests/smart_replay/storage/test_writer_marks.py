@@ -115,6 +115,14 @@ def test_manifest_marks_are_each_writers_last_stored_call(make_manager):
       second_calls, second_calls - 1)
   # A flush before the checkpoint completed the open blocks.
   assert marks['blocks'][first.writer_id]['0'][0] in (calls, calls - 1)
+  # Packed items are listed by window: a block by its last `windows` rows.
+  windows = sum(int(round(item.priority)) for item in
+                checkpoint_reader.CheckpointReader(path).items('blocks'))
+  listed = writer_marks.read_items(path, layout)['blocks']
+  assert sum(len(seqs) for streams in listed.values()
+             for seqs in streams.values()) == windows
+  for streams in listed.values():
+    assert all(len(set(seqs)) == len(seqs) for seqs in streams.values())
 
 
 def test_batched_streams_and_journal_ids(make_manager, data_spec):
