@@ -88,6 +88,10 @@ class JournalWriter:
     segment_bytes: a new segment starts past this size.
     sync_interval_s: the background sync's period ('every_second').
 
+  Attributes:
+    next_seq: the sequence number the next record gets (read it; an
+      attribute, not a property, since an observer reads it at every step).
+
   Raises:
     ValueError: if an argument is bad; names it.
     UnsafeBufferDirError: if `folder` is a link.
@@ -120,7 +124,7 @@ class JournalWriter:
     self._lock = threading.Lock()
     self._io = threading.RLock()
     self._write_at = _WRITE_AT * (16 if sync == 'every_second' else 1)
-    self._next_seq = first_seq
+    self.next_seq = first_seq
     self._pending = bytearray()  # Appended, not yet written to the OS.
     self._pending_first = first_seq
     self._error: Optional[errors.JournalWriteError] = None
@@ -151,15 +155,13 @@ class JournalWriter:
           name=f'journal-sync-{writer_id}')
       self._thread.start()
 
-  next_seq = property(lambda self: self._next_seq,
-                      doc='The sequence number the next record gets.')
   closed = property(lambda self: self._closed,
                     doc='Whether `close()` was called.')
   synced_seq = property(
       lambda self: self._synced_seq,
       doc="The highest sequence number fsynced ('off': written to the OS).")
   past_alarm = property(
-      lambda self: self._next_seq > self._alarm_at,
+      lambda self: self.next_seq > self._alarm_at,
       doc='Whether a record has reached the `set_alarm` sequence number.')
 
   def append(self, kind: int, payload: bytes) -> int:
@@ -191,14 +193,14 @@ class JournalWriter:
     try:
       if self._closed:
         self._check_open()
-      seq = self._next_seq
+      seq = self.next_seq
       numbered = _NUMBERED.pack(seq, kind)
       pending = self._pending
       pending += _PREFIX.pack(_MAGIC, len(payload),
                               _crc32(payload, _crc32(numbered)))
       pending += numbered
       pending += payload
-      self._next_seq = seq + 1
+      self.next_seq = seq + 1
     finally:
       lock.release()
     if seq >= self._alarm_at:
@@ -215,7 +217,7 @@ class JournalWriter:
     """
     with self._lock:
       self._alarm_at, self._alarm = seq, event
-      if self._next_seq > seq:
+      if self.next_seq > seq:
         event.set()
 
   def check(self) -> None:
@@ -274,7 +276,7 @@ class JournalWriter:
     """Every record up to here was dropped (its segments deleted)."""
     with self._io:
       paths = segments_lib.segments(self.folder).get(self.writer_id, [])
-      return (paths[0][0] if paths else self._next_seq) - 1
+      return (paths[0][0] if paths else self.next_seq) - 1
 
   def contents(self) -> segments_lib.JournalContents:
     """The records this journal holds, read back (after writing what was
@@ -327,7 +329,7 @@ class JournalWriter:
           pass
       return {'bytes': size, 'segments': len(paths),
               'pending_bytes': len(self._pending),
-              'next_seq': self._next_seq, 'synced_seq': self._synced_seq,
+              'next_seq': self.next_seq, 'synced_seq': self._synced_seq,
               'last_sync_unix': self.last_sync_unix,
               'failures': self.failures, 'sync': self.sync_policy}
 
@@ -416,9 +418,9 @@ class JournalWriter:
     with self._io:
       with self._lock:
         batch, first = self._pending, self._pending_first
-        upto = self._next_seq - 1
+        upto = self.next_seq - 1
         self._pending = bytearray()
-        self._pending_first = self._next_seq
+        self._pending_first = self.next_seq
       if batch:
         try:
           _write_all(self._fd, batch)

@@ -43,6 +43,10 @@ class RetainedRecords:
     count_items: gives a record's `{(stream, table): items}` (for the
       summary a dropped record leaves).
 
+  Attributes:
+    next_seq: the number the next record gets (read it; an attribute, not a
+      property, since an observer reads it at every step).
+
   Raises:
     ValueError: if `max_bytes` is not a positive integer.
   """
@@ -60,15 +64,13 @@ class RetainedRecords:
     self._count_items = count_items
     self._records: Deque[journal_records.Record] = collections.deque()
     self._bytes = 0
-    self._next_seq = 1
+    self.next_seq = 1
     self._lock = threading.Lock()
     self.dropped: Deque[Dropped] = collections.deque(maxlen=MAX_DROPPED)
     # Every record up to here was dropped (by marks or for memory).
     self.dropped_through = 0
     self.dropped_for_memory = 0  # Records, ever.
 
-  next_seq = property(lambda self: self._next_seq,
-                      doc='The number the next record gets.')
   bytes = property(lambda self: self._bytes, doc='Payload bytes kept.')
 
   def append(self, kind: int, payload: bytes) -> int:
@@ -82,8 +84,8 @@ class RetainedRecords:
       Its sequence number.
     """
     with self._lock:
-      seq = self._next_seq
-      self._next_seq += 1
+      seq = self.next_seq
+      self.next_seq += 1
       self._records.append(journal_records.Record(seq, kind, bytes(payload)))
       self._bytes += len(payload)
       while self._bytes > self._max_bytes and len(self._records) > 1:
@@ -126,7 +128,7 @@ class RetainedRecords:
     'dropped_for_memory'}`."""
     with self._lock:
       return {'records': len(self._records), 'bytes': self._bytes,
-              'next_seq': self._next_seq,
+              'next_seq': self.next_seq,
               'dropped_through': self.dropped_through,
               'dropped_for_memory': self.dropped_for_memory}
 
