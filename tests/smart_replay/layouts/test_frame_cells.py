@@ -1,6 +1,7 @@
 """Frame stacks stored once: every stored window is what TF-Agents stores."""
 
 import collections
+import functools
 import json
 import os
 import subprocess
@@ -62,6 +63,16 @@ def _pong(steps, *, axis, padding, episode_steps=90, seed=0):
   return made
 
 
+@functools.lru_cache(maxsize=None)
+def _pong_windows(steps, axis, padding):
+  """`(stream, windows)`: `_pong`'s steps and every window of 2 steps
+  TF-Agents stores of them (made once per module: several tests share
+  them)."""
+  stream = _pong(steps, axis=axis, padding=padding)
+  spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
+  return stream, _stock_windows(spec, stream, 2)
+
+
 def _stock_windows(spec, stream, length):
   """Every window TF-Agents' ReverbAddTrajectoryObserver stores."""
   table = reverb.Table('stock', max_size=10**6,
@@ -76,13 +87,15 @@ def _stock_windows(spec, stream, length):
     for step in stream:
       observer(step)
     observer.close()
+    # Every item once (fifo, sampled once): no wait for an empty table.
+    stored = client.server_info(timeout=60)['stock'].current_size
     dataset = reverb.TrajectoryDataset(
         client.server_address, 'stock',
         tf.nest.map_structure(lambda s: s.dtype, spec),
         tf.nest.map_structure(lambda s: tf.TensorShape([length] + s.shape),
                               spec),
         max_in_flight_samples_per_worker=8, num_workers_per_iterator=1,
-        rate_limiter_timeout_ms=1000)
+        max_samples=stored, rate_limiter_timeout_ms=60_000)
     return collections.Counter(testing.item_fingerprint(
         tree.map_structure(lambda t: t.numpy(), sample.data))
                                for sample in dataset)
@@ -90,18 +103,40 @@ def _stock_windows(spec, stream, length):
     server.stop()
 
 
-def _our_windows(manager, table):
-  items, _ = testing.read_all_items(manager, table, timeout_s=1.0)
-  return collections.Counter(items)
+def _our_windows(manager, *tables):
+  """Every window a fifo table read once holds, sampled through the
+  manager's dataset, with unpadded content (as `testing.read_all_items`):
+  a `Counter` for one table, `{table: Counter}` for several.
+
+  Each table is read in one batch of all its items; the reads the datasets
+  make past them wait for the timeout together, not once per table.
+  """
+  held = reverb.Client(manager.server_address).server_info(timeout=60)
+  found, iterators = {}, []
+  for table in tables:
+    stored = held[table].current_size
+    if not stored:
+      found[table] = collections.Counter()
+      continue
+    iterators.append(iter(manager.get_dataset(
+        batch_size=stored, table_name=table, sample_timeout_s=1.0,
+        prefetch=1)))
+    trajectory, info = next(iterators[-1])
+    batch = tree.map_structure(lambda t: t.numpy(), trajectory)
+    lengths = info.mask.numpy().sum(axis=1)
+    found[table] = collections.Counter(
+        testing.item_fingerprint(tree.map_structure(
+            lambda t: t[b, :int(lengths[b])], batch))  # pylint: disable=cell-var-from-loop
+        for b in range(stored))
+  return found[tables[0]] if len(tables) == 1 else found
 
 
 @pytest.mark.parametrize('axis, padding, codec', [
     (0, 'reset', 'zstd'), (-1, 'zero', 'zstd'), (-1, 'zero', 'zlib')])
 def test_every_window_is_what_tf_agents_stores(tmp_path, axis, padding,
                                                codec):
-  stream = _pong(400, axis=axis, padding=padding)
+  stream, expected = _pong_windows(400, axis, padding)
   spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
-  expected = _stock_windows(spec, stream, 2)
   assert sum(expected.values()) > 380
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
@@ -156,7 +191,7 @@ def _windows(tmp_path, name, stream, frame_stack, num_envs=None):
     for step in stream:
       observer(step)
     observer.flush()
-    return {t.name: _our_windows(manager, t.name) for t in _TABLES}
+    return _our_windows(manager, *[t.name for t in _TABLES])
   finally:
     manager.close()
 
@@ -218,9 +253,8 @@ def test_blocks_sample_only_stored_windows(tmp_path, block_length, codec,
 def test_pong_blocks_sample_what_tf_agents_stores(tmp_path, axis):
   # Real frames in zstd groups of 8: windows touching one group and two
   # (starts across a group boundary), both stack axes.
-  stream = _pong(300, axis=axis, padding='reset')
+  stream, expected = _pong_windows(300, axis, 'reset')
   spec = _spec([4, 84, 84] if axis == 0 else [84, 84, 4])
-  expected = _stock_windows(spec, stream, 2)
   manager = ReplayBufferManager(
       spec, capacity=10_000, checkpoint_dir=str(tmp_path / 'b'),
       sequence_length=2, table_configs=[TableConfig(block_length=32)])
