@@ -103,7 +103,6 @@ def journal_meta(layout: Any, data_spec: Any, *, num_envs: Optional[int],
           'layout': layout.describe()}
 
 
-_append = writer_lib.StreamWriter.append
 _defer = writer_lib.StreamWriter.defer
 _end_chunk = writer_lib.StreamWriter.end_chunk
 
@@ -130,7 +129,8 @@ class RecordedStream(writer_lib.StreamWriter):
   # An observer calls append and defer at every step (and end_chunk at every
   # chunk): each Python call costs about 1% of a low-dimensional step, so
   # they record the op themselves (as `CallLog.appended` and `deferred`
-  # would) and call the base class's methods directly.
+  # would), and call the base class's methods directly (append: what its
+  # body does).
 
   def append(self, step: List[np.ndarray]) -> bool:
     log = self._log
@@ -140,7 +140,7 @@ class RecordedStream(writer_lib.StreamWriter):
       return self.append_cells(cells)
     log.ops += self._append_op
     self._records.append(log.seq)
-    return _append(self, step)
+    return self.append_cells(self.encode(step))  # `StreamWriter.append`.
 
   def defer(self, table: str, priority: float, length: int) -> None:
     log = self._log
