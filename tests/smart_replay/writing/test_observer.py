@@ -172,6 +172,32 @@ def _queue(name, **kwargs):
                             **kwargs)
 
 
+def _read_tables(manager, *tables):
+  """`{table: (items, infos)}` as `testing.read_all_items` returns them, of
+  fifo tables read once: each in one batch of all its items (in the order
+  written), the tables together, so the reads past their ends wait for the
+  timeout at once, not once per table."""
+  held = reverb.Client(manager.server_address).server_info(timeout=60)
+  found, iterators = {}, []
+  for table in tables:
+    stored = held[table].current_size
+    found[table] = ([], [])
+    if not stored:
+      continue
+    iterators.append(iter(manager.get_dataset(
+        batch_size=stored, table_name=table, sample_timeout_s=2.0,
+        prefetch=1)))
+    trajectory, info = next(iterators[-1])
+    mask, keys = info.mask.numpy(), info.key.numpy()
+    batch = tree.map_structure(lambda t: t.numpy(), trajectory)
+    for b in range(stored):
+      length = int(mask[b].sum())
+      found[table][0].append(testing.item_fingerprint(tree.map_structure(
+          lambda t: t[b, :length], batch)))  # pylint: disable=cell-var-from-loop
+      found[table][1].append((int(keys[b, 0]), mask[b]))
+  return found
+
+
 @pytest.mark.parametrize('long_episodes', ['split', 'truncate', 'drop'])
 def test_one_observer_feeds_sequence_and_episode_tables(make_manager,
                                                         long_episodes):
@@ -184,14 +210,15 @@ def test_one_observer_feeds_sequence_and_episode_tables(make_manager,
   manager.observer.end_episode()
   manager.flush()
   stats = manager.stats()
+  read = _read_tables(manager, 'pairs', 'triples', 'episodes')
   for name, length, stride in (('pairs', 2, 1), ('triples', 3, 2)):
     want = [testing.item_fingerprint(i) for i in testing.expected_items(
         record.steps, length, stride)]
-    got, _ = testing.read_all_items(manager, name)
+    got, _ = read[name]
     assert got == want, name  # Same items, in write order.
   want = [testing.item_fingerprint(i) for i in testing.expected_episode_items(
       record.steps, 5, long_episodes)]
-  got, infos = testing.read_all_items(manager, 'episodes')
+  got, infos = read['episodes']
   assert got == want
   lengths = [int(mask.sum()) for _, mask in infos]
   assert 0 < min(lengths) and max(lengths) == 5
@@ -230,8 +257,8 @@ def test_sequence_items_cross_episodes_only_when_asked(make_manager):
   manager.create_replay_buffer()
   record = testing.run_actor(manager.observer, 60, seed=2)
   manager.flush()
-  within, _ = testing.read_all_items(manager, 'within')
-  across, _ = testing.read_all_items(manager, 'across')
+  read = _read_tables(manager, 'within', 'across')
+  (within, _), (across, _) = read['within'], read['across']
   # Across: every window of the step stream.
   steps = record.steps
   want = [testing.item_fingerprint(tree.map_structure(
@@ -269,9 +296,11 @@ def test_batched_observer_equals_one_observer_per_environment(make_manager,
   assert batched.stats()['env_steps'] == written, len(recorder.steps)
   assert single.stats()['env_steps'] == written
   lengths = set()
+  batched_read = _read_tables(batched, 'pairs', 'episodes')
+  single_read = _read_tables(single, 'pairs', 'episodes')
   for name in ('pairs', 'episodes'):
-    got, infos = testing.read_all_items(batched, name)
-    want, _ = testing.read_all_items(single, name)
+    got, infos = batched_read[name]
+    want, _ = single_read[name]
     assert collections.Counter(got) == collections.Counter(want), name
     assert len(got) > 20
     lengths |= {int(mask.sum()) for _, mask in infos}
