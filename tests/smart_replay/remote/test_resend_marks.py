@@ -33,6 +33,19 @@ def _reader(server):
           token_file=server.reader_token_file, environ={}))
 
 
+def _restart_then_resend(server, serve_again, client, observer):
+  """Stops `server` without its final checkpoint and starts it again on
+  the same folder and ports (what a kill and a restart leave); the client
+  sends again what it lacks, losing nothing. Returns the new server."""
+  observer.flush()  # Stored, in no checkpoint.
+  server.close(final_checkpoint=False)
+  server = serve_again()
+  client.flush()  # Sees the restart, sends again what it lacks.
+  assert observer.num_resent_items > 0
+  assert observer.num_lost_items == 0
+  return server
+
+
 def test_a_restarted_server_answers_each_writer_its_restored_marks(
     tmp_path, data_spec):
   server = _serve(tmp_path / 'buffer', data_spec)
@@ -120,12 +133,7 @@ def test_a_frame_stacked_client_sends_its_cells_again(tmp_path):
     client.checkpoint()
     for step in steps[30:]:
       observer(step)
-    observer.flush()  # Stored, in no checkpoint.
-    server.close(final_checkpoint=False)
-    server = serve_frames()
-    client.flush()  # Sees the restart, sends again what it lacks.
-    assert observer.num_resent_items > 0
-    assert observer.num_lost_items == 0
+    server = _restart_then_resend(server, serve_frames, client, observer)
   finally:
     client.close()
   final = server.close()
@@ -179,12 +187,7 @@ def test_a_client_sends_again_the_windows_of_packed_items_a_server_lacks(
         observer(step)
     else:
       testing.run_actor(lambda t: (steps.append(t), observer(t)), 43, seed=5)
-    observer.flush()  # Stored, in no checkpoint.
-    server.close(final_checkpoint=False)
-    server = serve_blocks()
-    client.flush()  # Sees the restart, sends again what it lacks.
-    assert observer.num_resent_items > 0
-    assert observer.num_lost_items == 0
+    server = _restart_then_resend(server, serve_blocks, client, observer)
   finally:
     client.close()
   final = server.close()
