@@ -79,6 +79,57 @@ def test_a_torn_or_flipped_record_ends_the_scan_there():
     assert 'f: ' in damage.describe() and 'dropped' in damage.describe()
 
 
+def test_a_writer_frames_records_as_frame_does(tmp_path):
+  """The writer's inlined framing writes what `journal_records.frame` makes
+  (the format journals already on disk have): a torn or flipped tail is cut
+  at the last good record."""
+  folder = str(tmp_path / 'journal')
+  payloads = [_payload(seq) for seq in range(1, 6)] + [b'']
+  with journal.JournalWriter(folder, writer_id='a1', sync='always') as writer:
+    for payload in payloads:
+      writer.append(2, bytearray(payload))  # Any bytes-like object.
+  (_, path), = journal_segments.segments(folder)['a1']
+  with open(path, 'rb') as f:
+    data = f.read()
+  records, damage = journal_records.scan(data)
+  assert damage is None and records[0].kind == journal_records.HEADER
+  expected = b''.join(journal_records.frame(seq, 2, payload)
+                      for seq, payload in enumerate(payloads, 1))
+  assert data.endswith(expected)
+  head = len(data) - len(expected)
+  last = len(journal_records.frame(6, 2, b''))
+  for cut in (1, last - 1):
+    records, damage = journal_records.scan(data[:-cut])
+    assert records[-1].seq == 5 and damage.offset == len(data) - last
+  flipped = bytearray(data)
+  flipped[head + journal_records.FRAME_BYTES + 3] ^= 0x04  # Record 1's.
+  records, damage = journal_records.scan(bytes(flipped))
+  assert len(records) == 1 and damage.offset == head
+  assert 'checksum mismatch in record 1' in damage.reason
+
+
+def test_every_second_writes_within_a_fraction_of_a_second_unasked(tmp_path):
+  """'every_second': the background thread hands what is pending to the OS
+  about every 0.2 s and fsyncs about every second, with no further append,
+  flush or sync."""
+  folder = str(tmp_path / 'journal')
+  writer = journal.JournalWriter(folder, writer_id='a1', sync='every_second')
+  try:
+    for _ in range(3):
+      writer.append(1, _payload(writer.next_seq))
+    began = time.monotonic()
+    while not journal_segments.read(folder, 'a1').records:
+      assert time.monotonic() - began < 5, 'never written'
+      time.sleep(0.02)
+    assert [r.seq for r in journal_segments.read(folder, 'a1').records] == [
+        1, 2, 3]
+    while writer.synced_seq < 3:
+      assert time.monotonic() - began < 10, 'never synced'
+      time.sleep(0.05)
+  finally:
+    writer.close()
+
+
 def test_records_come_back_in_order_across_segments(tmp_path):
   folder = str(tmp_path / 'journal')
   paths = _write(folder, 3000, segment_bytes=4096, sync='every_second')

@@ -2,6 +2,7 @@
 
 import pytest
 
+from smart_replay.storage import journal_records
 from smart_replay.storage import retained as retained_lib
 from smart_replay.writing import journaling
 from smart_replay.writing import resending
@@ -68,3 +69,14 @@ def test_arguments_are_checked():
   with pytest.raises(ValueError, match='writer_id'):
     retained_lib.RetainedRecords(writer_id='X', meta={}, max_bytes=1,
                                  count_items=dict)
+
+
+def test_a_kept_record_is_a_copy_read_back_as_a_record():
+  kept = _kept(max_bytes=100)
+  payload = bytearray(b'0,t,1')
+  kept.append(journaling.CALL, payload)
+  payload[:] = b'0,t,9'  # The caller's buffer changes afterwards.
+  record, = kept.contents().records
+  assert isinstance(record, journal_records.Record)
+  assert (record.seq, record.kind, record.payload) == (
+      1, journaling.CALL, b'0,t,1')

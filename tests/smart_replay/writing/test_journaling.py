@@ -8,6 +8,7 @@ in its next checkpoint, each once.
 import collections
 import os
 import shutil
+import struct
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import tree
 import smart_replay
 from smart_replay import TableConfig
 from smart_replay.storage import reader as reader_lib
+from smart_replay.writing import journaling
 from tests import testing
 
 # Every kind of table: windows (strided, crossing episodes), episodes,
@@ -126,3 +128,75 @@ def test_a_frame_stacked_journal_holds_cells_not_stacks(tmp_path):
   frame = 42 * 42
   assert size < (4 * starts + len(steps)) * frame + len(steps) * 200
   assert size < len(steps) * 4 * frame / 2
+
+
+class _Journal:
+  """What a `CallLog` uses of a journal: the records it appends, kept."""
+
+  def __init__(self):
+    self.next_seq, self.records = 1, []
+
+  def append(self, kind, payload):
+    self.records.append((self.next_seq, kind, bytes(payload)))
+    self.next_seq += 1
+    return self.next_seq - 1
+
+
+class _Counters:
+
+  def __init__(self, steps, env_steps, episodes):
+    self.steps, self.env_steps, self.episodes = steps, env_steps, episodes
+
+
+@pytest.mark.unit
+def test_a_call_record_has_the_documented_layout():
+  """A call's record, built in one buffer, is the format journals on disk
+  hold: header `<BBHIII`, columns, step types, ops `<BHHdI`."""
+  journal = _Journal()
+  log = journaling.CallLog(journal, tables=['a', 'b'], keep_alive=3,
+                           num_streams=2, step_types=True)
+  columns = [np.arange(4, dtype=np.float32).reshape(2, 2),
+             np.array([5, 6], np.int64)]
+  assert log.commit(_Counters(0, 0, 0)) is None  # No call yet: nothing.
+  log.begin(columns, np.array([0, 1]), _Counters(3, 2, 1))
+  log.appended(0)
+  log.deferred(1, 'b', 0.5, 2)
+  log.plain_op(journaling.END_CHUNK, 1)
+  log.op(journaling.BLOCK_ADD)
+  assert log.commit(_Counters(5, 4, 1)) == 1
+  op = struct.Struct('<BHHdI')
+  expected = b''.join([
+      struct.pack('<BBHIII', journaling.FORMAT, 2, 4, 2, 2, 0),
+      columns[0].tobytes(), columns[1].tobytes(), bytes([0, 1]),
+      op.pack(journaling.APPEND, 0, 0, 0.0, 0),
+      op.pack(journaling.DEFER, 1, 1, 0.5, 2),
+      op.pack(journaling.END_CHUNK, 1, 0, 0.0, 0),
+      op.pack(journaling.BLOCK_ADD, 0, 0, 0.0, 0)])
+  assert journal.records == [(1, journaling.CALL, expected)]
+  call = journaling.decode(expected, journaling.describe_columns(columns))
+  assert [c.tolist() for c in call.columns] == [c.tolist() for c in columns]
+  assert call.step_types.tolist() == [0, 1] and call.counted == (2, 2, 0)
+  assert call.ops[1] == (journaling.DEFER, 1, 1, 0.5, 2)
+  assert log.keep_from() == 1  # Stream 0's history holds call 1's step.
+  log.begin([], [], _Counters(5, 4, 1))  # An end of episode doing nothing.
+  assert log.commit(_Counters(5, 4, 1)) is None and journal.next_seq == 2
+
+
+@pytest.mark.unit
+def test_a_cells_record_puts_its_cells_after_the_header():
+  journal = _Journal()
+  log = journaling.CallLog(journal, tables=['a'], keep_alive=3,
+                           num_streams=1, step_types=False, cells=True)
+  log.begin([np.zeros(3, np.uint8)], 0, _Counters(0, 0, 0))
+  log.appended_cells(0, [[np.array(b'xyz', object)],
+                         [np.array(b'q', object)]])
+  log.deferred(0, 'a', 1.0, 1)
+  log.commit(_Counters(1, 1, 0))
+  (_, _, payload), = journal.records
+  assert payload[:struct.calcsize('<BBHIII')] == struct.pack(
+      '<BBHIII', journaling.FORMAT_CELLS, 0, 2, 1, 1, 0)
+  call = journaling.decode(payload, [])
+  assert call.cells == [b'xyz', b'q'] and call.columns == []
+  assert [o[0] for o in call.ops] == [journaling.APPEND_CELLS,
+                                      journaling.DEFER]
+  assert call.ops[0][4] == 2  # Its cells' count.
