@@ -14,6 +14,7 @@ import time
 import pytest
 
 import smart_replay
+from smart_replay.control import credentials
 from tests import testing
 from tests.smart_replay.remote import remote_workers
 from tests.smart_replay.remote import serve_process
@@ -132,8 +133,25 @@ def test_server_killed_after_scheduled_checkpoint_resumes_it(served, tmp_path):
     manager.close()
 
 
-def test_client_of_another_spec_lists_the_differences(served):
-  server = served()
+@pytest.fixture(scope='module')
+def connect_only_server(tmp_path_factory):
+  """One `smart-replay-serve` for the tests that only connect to it and
+  write nothing (each server costs a process and TensorFlow's import)."""
+  tmp_path = tmp_path_factory.mktemp('connect_only')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv(credentials.TOKEN_FILE_ENV,
+                 serve_process.shared_token_file(tmp_path))
+    server = serve_process.ServeProcess(tmp_path, str(tmp_path / 'buffer'),
+                                        remote_workers.free_port_pair())
+    try:
+      yield server
+    finally:
+      if server.process.poll() is None:
+        server.stop(signal.SIGKILL)
+
+
+def test_client_of_another_spec_lists_the_differences(connect_only_server):
+  server = connect_only_server
   spec = remote_workers.data_spec()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   other = spec._replace(reward=tf.TensorSpec([2], tf.float32))
@@ -148,8 +166,9 @@ def test_client_of_another_spec_lists_the_differences(served):
   manager.close()
 
 
-def test_client_takes_the_served_layout_and_refuses_another(served):
-  server = served()
+def test_client_takes_the_served_layout_and_refuses_another(
+    connect_only_server):
+  server = connect_only_server
   manager = smart_replay.ReplayBufferManager(
       data_spec=remote_workers.data_spec(), server_address=server.address,
       layout='columns')
