@@ -1,5 +1,6 @@
 """`smart-replay-serve`: the binary's address line, exit codes and errors,
-and the address Reverb's port listens on (--reverb_host).
+its metrics endpoint, and the address Reverb's port listens on
+(--reverb_host).
 
 Reverb's port listens on 127.0.0.1 by default: the kernel's listening
 sockets say so, and a connect to another address of this machine fails, as
@@ -23,6 +24,8 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import reverb
@@ -38,6 +41,9 @@ from tests.smart_replay.remote import remote_workers
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable),
                               'smart-replay-serve')
+# What TensorFlow and Reverb print at INFO level when nothing filters them.
+NATIVE_INFO = re.compile(r'^(\d{4}-\d\d-\d\d [\d:.]+: [IE] |\[reverb/cc/)',
+                         re.MULTILINE)
 # Under Bazel the test's PATH may be minimal: `ip` is in sbin.
 MAX_PER_PEER = protocol.MAX_CONNECTIONS_PER_PEER
 _TOOL_PATH = os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin', '/sbin',
@@ -121,24 +127,42 @@ def test_serves_the_shipped_config_with_shape_flags(tmp_path):
 
 
 def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
+  """--gin_file=configs/serve.gin; `--metrics-port=0` answers a scrape with
+  the reader token (and only with it); SIGINT stops it with a final
+  checkpoint; TensorFlow's and Reverb's INFO lines are not shown."""
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
   process = subprocess.Popen(
       [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
        f'--checkpoint_dir={tmp_path}/buffer',
        f'--port={remote_workers.free_port_pair()}',
-       '--gin_file=configs/serve.gin'],
+       '--gin_file=configs/serve.gin', '--metrics-port=0'],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-  line = process.stdout.readline()
-  assert line.startswith("Serving ['experience'] at "), line
-  process.send_signal(signal.SIGINT)
-  out, err = process.communicate(timeout=120)
+  try:
+    line = process.stdout.readline()
+    assert line.startswith("Serving ['experience'] at "), line
+    url = re.search(r'Metrics at (http://\S+/metrics)', line).group(1)
+    # The metrics endpoint takes the reader token (the token file's first
+    # line; its server's certificate follows).
+    token = (tmp_path / 'buffer' / 'reader.token').read_text().split()[0]
+    with pytest.raises(urllib.error.HTTPError, match='401'):
+      urllib.request.urlopen(url, timeout=30)  # The token is required.
+    request = urllib.request.Request(
+        url, headers={'Authorization': f'Bearer {token}'})
+    with urllib.request.urlopen(request, timeout=30) as response:
+      text = response.read().decode()
+    assert 'smart_replay_up 1.0' in text
+    assert 'smart_replay_table_items{table="experience"} 0.0' in text
+    assert 'smart_replay_checkpoint_failing 0.0' in text
+  finally:
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
   assert process.returncode == 0, err[-2000:]
   assert 'SECURITY' in err and 'listens on 127.0.0.1 only' in err
   assert 'Stopped; final checkpoint:' in err
   assert os.path.isdir(os.path.join(tmp_path, 'buffer', 'checkpoints',
                                     'ckpt-000001'))
-  del out
+  assert not NATIVE_INFO.search(out + err), err
 
 
 def _squat_on_a_control_port(attempts=20):
