@@ -9,10 +9,10 @@ them durable is its sync policy, like Redis's `appendfsync`:
 * 'always': `flush()` returns once everything appended is written and
   fsynced (one fsync per flush, however many records: a group commit);
 * 'every_second' (the default): a background thread hands what is
-  pending to the OS every 0.2 s and fsyncs once a second (appends only
-  frame records in memory: they never wait for the disk); a process kill
-  loses at most the last 0.2 s or so, a machine crash about a second plus
-  an fsync;
+  pending to the OS every 0.2 s and fsyncs once a second (appends frame
+  records in memory and wait for no disk, unless 16 MiB are pending or a
+  write failed); a process kill loses at most the last 0.2 s or so, a
+  machine crash about a second plus an fsync;
 * 'off': written to the operating system when 1 MiB is pending and at
   `flush()`, never fsynced (a process kill loses at most what was not
   flushed; a machine crash, what the OS had not written back).
