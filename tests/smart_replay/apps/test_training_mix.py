@@ -35,6 +35,11 @@ def test_mix_leaves_the_starter_unchanged_and_checkpoints_a_reference(
   train = _scalars(tmp_path / 'run' / 'train')
   assert train['buffer/starter/items'][200] == result.starter_items
   assert train['buffer/starter/fraction'][200] == pytest.approx(0.5)
+  # Resumed in another mode, the run is refused.
+  with pytest.raises(smart_replay.StarterMismatchError,
+                     match="starter_mode=mix; resume it in that mode"):
+    _train(cartpole_starter, tmp_path / 'run', num_train_steps=400,
+           resume=True)
 
 
 def test_resume_continues_the_schedule_at_the_restored_step(
@@ -69,23 +74,12 @@ def test_resume_continues_the_schedule_at_the_restored_step(
 
 
 def test_resume_in_another_mode_is_refused(cartpole_starter, tmp_path):
-  _train(cartpole_starter, tmp_path / 'mix', num_train_steps=50,
-         starter_mode='mix')
-  with pytest.raises(smart_replay.StarterMismatchError,
-                     match="starter_mode=mix; resume it in that mode"):
-    _train(cartpole_starter, tmp_path / 'mix', num_train_steps=100,
-           resume=True)
+  # A mix run resumed as a copy: in test_mix_leaves_the_starter_unchanged_...
   _train(cartpole_starter, tmp_path / 'copy', num_train_steps=50)
   with pytest.raises(smart_replay.StarterMismatchError,
                      match='written without a starter'):
     _train(cartpole_starter, tmp_path / 'copy', num_train_steps=100,
            resume=True, starter_mode='mix')
-
-
-def test_none_trains_on_its_own_experience_only(cartpole_starter, tmp_path):
-  result = _train(cartpole_starter, tmp_path / 'run', starter_mode='none')
-  assert result.items_at_start == 0 and result.starter_items is None
-  assert result.items == result.items_collected
 
 
 @pytest.mark.parametrize('kwargs, match', [
@@ -108,9 +102,12 @@ def test_experiment_report_reads_curves_and_draws(cartpole_starter,
   runs = {}
   for mode in ('none', 'mix'):
     run_dir = tmp_path / mode
-    _train(cartpole_starter, run_dir, starter_mode=mode, eval_episodes=1,
-           eval_interval=100)
+    result = _train(cartpole_starter, run_dir, starter_mode=mode,
+                    eval_episodes=1, eval_interval=100)
     runs[mode] = [experiment_report.read_eval_curve(str(run_dir))]
+    if mode == 'none':  # It trains on its own experience only.
+      assert result.items_at_start == 0 and result.starter_items is None
+      assert result.items == result.items_collected
   assert sorted(runs['mix'][0]) == [100, 200]
   report = experiment_report.Report(
       setup='cartpole', env='gym:CartPole-v1', policy='random',
