@@ -326,7 +326,7 @@ class CallLog:
     env_steps = counters.env_steps - env_steps
     episodes = counters.episodes - episodes
     record, cells = self.ops, self._cells
-    self.ops = bytearray()
+    self.ops = b''  # Until the next call's `begin` (nothing changes `record`).
     num_ops = (len(record) - self._ops_at) // _OP.size
     if not num_ops and not (steps or env_steps or episodes):
       return None
