@@ -132,10 +132,10 @@ def test_a_second_signal_quits_at_once_and_the_buffer_still_loads(tmp_path):
 
 def test_resume_through_the_command_reaches_the_total(tmp_path):
   args = [CONSOLE_SCRIPT, '--buffer_name=r', '--steps_per_run=288',
-          '--num_runs=6', f'--output_dir={tmp_path}', '--quiet']
+          '--num_runs=4', f'--output_dir={tmp_path}', '--quiet']
   process = subprocess.Popen(args, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
-  buffer_dir = tmp_path / 'r_seq2_1728steps'
+  buffer_dir = tmp_path / 'r_seq2_1152steps'
   _wait_for_checkpoint(buffer_dir, 1, process)
   process.send_signal(signal.SIGINT)
   _, stderr = process.communicate(timeout=120)
@@ -147,9 +147,9 @@ def test_resume_through_the_command_reaches_the_total(tmp_path):
     assert manager.loaded_manifest['extra']['populate']['steps'] == saved
   resumed = _run(args + ['--resume'])
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert f'Populated {buffer_dir}: 1,728 env steps' in resumed.stdout
+  assert f'Populated {buffer_dir}: 1,152 env steps' in resumed.stdout
   record = json.loads((buffer_dir / 'provenance.json').read_text())
-  assert record['steps_collected'] == 1728 and record['complete']
+  assert record['steps_collected'] == 1152 and record['complete']
   assert len(record['sessions']) == 2
 
 
