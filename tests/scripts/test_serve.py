@@ -102,30 +102,6 @@ def test_bad_spec_file_and_bad_capacity_exit_2(tmp_path):
   assert '--capacity' in zero.stderr and '0' in zero.stderr
 
 
-def test_serves_the_shipped_config_with_shape_flags(tmp_path):
-  """Without --gin_file, serve.gin is used; --capacity and --sequence_length
-  override it, like smart-replay-populate's flags."""
-  spec_file = str(tmp_path / 'spec.pbtxt')
-  specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
-  process = subprocess.Popen(
-      [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
-       f'--checkpoint_dir={tmp_path}/buffer',
-       f'--port={remote_workers.free_port_pair()}', '--capacity=500',
-       '--sequence_length=3'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-  line = process.stdout.readline()
-  assert line.startswith("Serving ['experience'] at "), line
-  process.send_signal(signal.SIGINT)
-  _, err = process.communicate(timeout=120)
-  assert process.returncode == 0, err[-2000:]
-  with open(os.path.join(tmp_path, 'buffer', 'checkpoints', 'ckpt-000001',
-                         'manifest.json')) as f:
-    manifest = json.load(f)
-  assert (manifest['capacity'], manifest['sequence_length'],
-          manifest['stride_length']) == (500, 3, 1)
-  assert manifest['tables'][0]['remover'] == 'fifo'  # From serve.gin.
-
-
 def test_serves_with_the_config_and_stops_on_sigint(tmp_path):
   """--gin_file=configs/serve.gin; `--metrics-port=0` answers a scrape with
   the reader token (and only with it); SIGINT stops it with a final
@@ -186,7 +162,9 @@ def _squat_on_a_control_port(attempts=20):
 
 def test_a_taken_control_port_is_named_before_the_buffer_opens(tmp_path):
   """--port=P with P + 1 taken exits 2 naming --control_port; with
-  --control_port=Q it serves."""
+  --control_port=Q it serves: without --gin_file, the shipped serve.gin,
+  whose --capacity and --sequence_length flags override it, like
+  smart-replay-populate's."""
   spec_file = str(tmp_path / 'spec.pbtxt')
   specs.save_spec(spec_file, testing.collect_data_spec(testing.make_env()))
   port, squatter = _squat_on_a_control_port()
@@ -199,16 +177,25 @@ def test_a_taken_control_port_is_named_before_the_buffer_opens(tmp_path):
     assert '--control_port' in taken.stderr
     assert not os.path.exists(os.path.join(tmp_path, 'buffer', 'checkpoints'))
     control_port = remote_workers.free_port_pair()
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # Outside the repository: no configs/ here.
         [CONSOLE_SCRIPT, f'--spec_file={spec_file}',
          f'--checkpoint_dir={tmp_path}/buffer', f'--port={port}',
-         f'--control_port={control_port}'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+         f'--control_port={control_port}', '--capacity=500',
+         '--sequence_length=3'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path)
     line = process.stdout.readline()
+    assert line.startswith("Serving ['experience'] at "), line
     assert f'control at 127.0.0.1:{control_port})' in line, line
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err[-2000:]
+  with open(os.path.join(tmp_path, 'buffer', 'checkpoints', 'ckpt-000001',
+                         'manifest.json')) as f:
+    manifest = json.load(f)
+  assert (manifest['capacity'], manifest['sequence_length'],
+          manifest['stride_length']) == (500, 3, 1)
+  assert manifest['tables'][0]['remover'] == 'fifo'  # From serve.gin.
 
 
 def _spec_file(tmp_path):
