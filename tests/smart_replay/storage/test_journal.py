@@ -252,13 +252,19 @@ def test_a_full_disk_raises_keeps_everything_and_goes_on_once_freed(
   assert 'kept in memory' in str(refused)
   appended = writer.next_seq - 1
   with pytest.raises(errors.JournalWriteError):  # Still full: refused.
+    writer.check()
+  with pytest.raises(errors.JournalWriteError):
     writer.append(1, b'refused')
   assert writer.next_seq - 1 == appended  # Nothing appended meanwhile.
   # What reached the file so far is whole records only.
   _check_prefix(journal_segments.read(folder, 'a1'), 1)
   ballast.unlink()
+  writer.check()  # Writes what the failed write left: it takes records.
+  assert writer.check() is None
   writer.append(1, _payload(writer.next_seq))
   writer.close()
+  with pytest.raises(errors.ManagerStateError):
+    writer.check()
   _check_prefix(journal_segments.read(folder, 'a1'), appended + 1)
 
 
