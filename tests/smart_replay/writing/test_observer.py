@@ -585,7 +585,9 @@ def test_num_frames_does_not_change_across_a_checkpoint_after_an_actor_run(
   manager = make_manager(capacity=10_000)  # The automatic chunk length.
   _, observer = manager.create_replay_buffer()
   env = testing.make_env(max_duration=300)
-  for run, steps in enumerate((1000, 1007, 1019, 1031)):
+  # Runs end 12, 31, 30 and 9 steps into a chunk of 32 (the reported
+  # runs were of about 1,000 steps: the offset is what matters).
+  for run, steps in enumerate((300, 307, 319, 331)):
     testing.run_actor(observer, steps, seed=run, env=env)
     before = manager.num_frames()
     manager.checkpoint()
