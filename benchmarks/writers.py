@@ -10,7 +10,8 @@
   synced every second (the default) and at every flush, ours_resend keeping
   what it sent in memory (as a client observer does, to send it again after
   a server restart), and ours_no_journal with neither, all four into the
-  same server ('sink'); `replay_journal` times replaying one of those
+  same server ('sink'), side by side in turns of 100 steps
+  (`write_interleaved`); `replay_journal` times replaying one of those
   journals into a fresh observer.
 """
 
@@ -36,6 +37,12 @@ from smart_replay.writing import journaling
 from smart_replay.writing import observer as observer_lib
 from smart_replay_benchmarks import servers as servers_lib
 from smart_replay_benchmarks import workload as workload_lib
+
+
+# The journal sides, written side by side (`write_interleaved`): name,
+# `write_ours`'s `journal_sync`.
+JOURNAL_SIDES = {'ours_no_journal': None, 'ours_journal': 'every_second',
+                 'ours_journal_always': 'always', 'ours_resend': 'memory'}
 
 
 def _write_all(observer, steps) -> float:
@@ -90,6 +97,66 @@ def write_ours(client: reverb.Client, spec, steps, *,
   Returns:
     The seconds it took, flush (and the journal's last sync) included.
   """
+  return _write_all(_our_observer(
+      client, spec, buffer=buffer, num_envs=num_envs,
+      chunk_length=chunk_length, journal_sync=journal_sync,
+      journal_dir=journal_dir), steps)
+
+
+def write_interleaved(client: reverb.Client, spec, steps, *,
+                      buffer: workload_lib.Buffer, chunk_length=None,
+                      sides: Dict[str, Optional[str]], journal_dir: str,
+                      steps_per_turn: int = 100) -> Dict[str, float]:
+  """Writes `steps` through one observer per side, taking turns.
+
+  Every observer is made first; then each writes the next
+  `steps_per_turn` steps in turn (the order rotating and reversing from
+  turn to turn), so a change of the machine's load falls on every side
+  alike: side-by-side ratios to a few percent where whole runs in turn
+  differ by 10% between two identical sides on a busy 2-core machine.
+
+  Args:
+    client: a client of the server they all write to.
+    spec: the step spec.
+    steps: the steps each side writes.
+    buffer: how the buffer stores them.
+    chunk_length: the observers' chunk length (None: automatic).
+    sides: `{name: journal_sync}` as `write_ours` takes it.
+    journal_dir: a folder for their journals (one folder each, `name`).
+    steps_per_turn: steps a side writes per turn.
+
+  Returns:
+    `{name: seconds}`: its turns and its final flush.
+  """
+  names = list(sides)
+  os.makedirs(journal_dir, exist_ok=True)
+  observers = {name: _our_observer(
+      client, spec, buffer=buffer, chunk_length=chunk_length,
+      journal_sync=sync, journal_dir=os.path.join(journal_dir, name))
+               for name, sync in sides.items()}
+  seconds = dict.fromkeys(names, 0.0)
+  try:
+    for turn, start in enumerate(range(0, len(steps), steps_per_turn)):
+      part = steps[start:start + steps_per_turn]
+      order = names[turn % len(names):] + names[:turn % len(names)]
+      for name in order if turn % 2 == 0 else order[::-1]:
+        observer, began = observers[name], time.perf_counter()
+        for step in part:
+          observer(step)
+        seconds[name] += time.perf_counter() - began
+    for name in names:
+      began = time.perf_counter()
+      observers[name].flush()
+      seconds[name] += time.perf_counter() - began
+  finally:
+    for observer in observers.values():
+      observer.close()
+  return seconds
+
+
+def _our_observer(client: reverb.Client, spec, *, buffer, num_envs=None,
+                  chunk_length=None, journal_sync=None, journal_dir=None):
+  """Our observer as `write_ours` describes it."""
   layout, table = buffer.step_layout(spec), buffer.table(1)
   if journal_sync == 'memory':  # What a client manager gives an observer.
     journal, _ = sent_records.SentRecords(options.WriteOptions(), None).new(
@@ -100,11 +167,11 @@ def write_ours(client: reverb.Client, spec, steps, *,
         journal_dir, writer_id='b0', sync=journal_sync,
         meta=journaling.journal_meta(layout, spec, num_envs=num_envs,
                                      tables=[table.name]))
-  return _write_all(observer_lib.TrajectoryObserver(
+  return observer_lib.TrajectoryObserver(
       client, tables=[table], data_spec=spec, layout=layout,
       num_envs=num_envs, journal=journal or None,
       keeps_sent=journal_sync == 'memory',
-      writes=options.WriteOptions(chunk_length=chunk_length)), steps)
+      writes=options.WriteOptions(chunk_length=chunk_length))
 
 
 def replay_journal(client: reverb.Client, spec, journal_dir: str, *,
@@ -227,25 +294,24 @@ def measure_inserts(workload: workload_lib.Workload, spec: Any,
           functools.partial(write_ours, clients[name], spec, steps,
                             buffer=buffers[name], chunk_length=chunk_length))
          for name in ('ours', 'ours_columns', 'blocks')] + [
-             (name, len(steps),
-              functools.partial(write_ours, clients['sink'], spec, steps,
-                                buffer=buffers['ours'],
-                                chunk_length=chunk_length, journal_sync=sync,
-                                journal_dir=os.path.join(
-                                    journals, f'{name}-{repeat}')))
-             for name, sync in (('ours_no_journal', None),
-                                ('ours_journal', 'every_second'),
-                                ('ours_journal_always', 'always'),
-                                ('ours_resend', 'memory'))]
+             ('journal sides', len(steps), functools.partial(
+                 write_interleaved, clients['sink'], spec, steps,
+                 buffer=buffers['ours'], chunk_length=chunk_length,
+                 sides=JOURNAL_SIDES,
+                 journal_dir=os.path.join(journals, str(repeat))))]
     for name, count, write in jobs if repeat % 2 == 0 else jobs[::-1]:
-      inserts[name].append(count / write())  # Alternating the order.
+      if name == 'journal sides':  # Side by side, in turns of 100 steps.
+        for side, seconds in write().items():
+          inserts[side].append(count / seconds)
+      else:
+        inserts[name].append(count / write())  # Alternating the order.
     elapsed = time.monotonic() - started
     logging.info(
         'insert repeat %d/%d: %s steps/s; ETA %.0f s', repeat + 1,
         workload.repeats,
         ', '.join(f'{n} {r[-1]:,.0f}' for n, r in inserts.items()),
         elapsed / (repeat + 1) * (workload.repeats - repeat - 1))
-  last = os.path.join(journals, f'ours_journal-{workload.repeats - 1}')
+  last = os.path.join(journals, str(workload.repeats - 1), 'ours_journal')
   replayed = replay_journal(clients['sink'], spec, last,
                             buffer=buffers['ours'])
   shutil.rmtree(journals, ignore_errors=True)
