@@ -163,11 +163,10 @@ class BlockGaps:
     for gaps in self._streams:
       for table in gaps:
         self._write(table.table, table.finish())
-        self.lost[table.table] += table.lost
-        table.lost = 0
+        if table.lost:
+          self.lost[table.table] += table.lost
+          table.lost = 0
     self._out.flush()
-    self.lost = collections.Counter(
-        {name: n for name, n in self.lost.items() if n})
 
   def _write(self, table: str, blocks: List[packed_items.Block]) -> None:
     for rows, windows in blocks:

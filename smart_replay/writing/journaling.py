@@ -128,9 +128,9 @@ class RecordedStream(writer_lib.StreamWriter):
 
   # An observer calls append and defer at every step (and end_chunk at every
   # chunk): each Python call costs about 1% of a low-dimensional step, so
-  # they record the op themselves (as `CallLog.appended` and `deferred`
-  # would), and call the base class's methods directly (append: what its
-  # body does).
+  # they record the op themselves (as `CallLog.appended` and `op` would),
+  # and call the base class's methods directly (append: what its body
+  # does).
 
   def append(self, step: List[np.ndarray]) -> bool:
     log = self._log
@@ -140,7 +140,8 @@ class RecordedStream(writer_lib.StreamWriter):
       return self.append_cells(cells)
     log.ops += self._append_op
     self._records.append(log.seq)
-    return self.append_cells(self.encode(step))  # `StreamWriter.append`.
+    # `StreamWriter.append`'s body.
+    return self.append_cells(self._encoder.cells(step, first=not self.history))
 
   def defer(self, table: str, priority: float, length: int) -> None:
     log = self._log
@@ -279,12 +280,6 @@ class CallLog:
     through `appended`)."""
     self.ops += _OP.pack(code, stream,
                          self.table_index[table] if table else 0, priority,
-                         length)
-
-  def deferred(self, stream: int, table: str, priority: float,
-               length: int) -> None:
-    """Records a DEFER on `stream` (an item of `table`)."""
-    self.ops += _OP.pack(DEFER, stream, self.table_index[table], priority,
                          length)
 
   def plain_op(self, code: int, stream: int) -> None:

@@ -318,23 +318,25 @@ class Resender:
           confirmations=confirmations_lib.ConfirmationLog())
       streams = [writer_lib.StreamWriter(settings)
                  for _ in range(self._num_streams)]
-      out = self._block_tables and block_writer.BlockWriter(
-          self._block_tables, settings=settings, layout=self._layout,
-          num_streams=self._num_streams)
-      blocks = out and block_resending.BlockGaps(
-          self._block_tables, layout=self._layout, out=out,
-          num_streams=self._num_streams, batched=self._batched,
-          is_held=lambda key, seq: _held(
-              key, seq, floors=floors, held=held) >= 1,
-          fresh=kept.dropped_through == 0)
+      out = blocks = None
+      if self._block_tables:
+        out = block_writer.BlockWriter(
+            self._block_tables, settings=settings, layout=self._layout,
+            num_streams=self._num_streams)
+        blocks = block_resending.BlockGaps(
+            self._block_tables, layout=self._layout, out=out,
+            num_streams=self._num_streams, batched=self._batched,
+            is_held=lambda key, seq: _held(
+                key, seq, floors=floors, held=held) >= 1,
+            fresh=kept.dropped_through == 0)
       try:
         done = resend(kept.contents(), floors=floors, held=held,
                       streams=streams, tables=self._tables,
-                      batched=self._batched, blocks=blocks or None)
+                      batched=self._batched, blocks=blocks)
       finally:
         for stream in streams:
           stream.close()
-        if out:
+        if out is not None:
           out.close()
       dropped, exact = lost_in_dropped(
           kept.dropped, dropped_through=kept.dropped_through, floors=floors,

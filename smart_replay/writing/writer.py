@@ -125,7 +125,9 @@ class StreamWriter:
     Raises:
       WriteFailedError: if the writer failed for good.
     """
-    return self.append_cells(self.encode(step))
+    # The encoder directly, not through `encode`: a Python call costs about
+    # 1% of a low-dimensional step.
+    return self.append_cells(self._encoder.cells(step, first=not self.history))
 
   def encode(self, step: List[np.ndarray]) -> List[List[Any]]:
     """The Reverb steps of one step, as the layout's encoder makes them (a

@@ -160,7 +160,7 @@ def test_a_call_record_has_the_documented_layout():
   assert log.commit(_Counters(0, 0, 0)) is None  # No call yet: nothing.
   log.begin(columns, np.array([0, 1]), _Counters(3, 2, 1))
   log.appended(0)
-  log.deferred(1, 'b', 0.5, 2)
+  log.op(journaling.DEFER, 1, 'b', 0.5, 2)
   log.plain_op(journaling.END_CHUNK, 1)
   log.op(journaling.BLOCK_ADD)
   assert log.commit(_Counters(5, 4, 1)) == 1
@@ -190,7 +190,7 @@ def test_a_cells_record_puts_its_cells_after_the_header():
   log.begin([np.zeros(3, np.uint8)], 0, _Counters(0, 0, 0))
   log.appended_cells(0, [[np.array(b'xyz', object)],
                          [np.array(b'q', object)]])
-  log.deferred(0, 'a', 1.0, 1)
+  log.op(journaling.DEFER, 0, 'a', 1.0, 1)
   log.commit(_Counters(1, 1, 0))
   (_, _, payload), = journal.records
   assert payload[:struct.calcsize('<BBHIII')] == struct.pack(
