@@ -3,6 +3,9 @@
 * `zstd`: zstd compression of string tensors in the graph
   (`SmartReplayZstdEncode`, `SmartReplayZstdDecode`), loaded from
   `_zstd_ops.so`;
+* `stacks`: frame stacks gathered in the graph from decoded frames, on
+  either stack axis (`SmartReplayGatherStacks`, `stack_ops.cc`, in the same
+  library), and split back into frames for the writers;
 * `build`: compiles that library, with zstd itself, into a per-user cache
   the first time a process needs it (`python -m smart_replay.ops.build`,
   which `make ops` runs, does it ahead of time; needs only a C++ compiler);

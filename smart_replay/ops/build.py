@@ -1,9 +1,11 @@
-"""Builds the zstd TensorFlow op (`zstd_ops.cc` + zstd) into `_zstd_ops.so`.
+"""Builds the pixel ops (`zstd_ops.cc`, `stack_ops.cc`) into `_zstd_ops.so`.
 
-Only a C++ compiler is needed: zstd itself is compiled from the source the
-`zstandard` distribution carries (`zstd_source`), so no system zstd is used.
-`build(output)` compiles zstd's `zstd.c` (as C) and `zstd_ops.cc` (with
-TensorFlow's own flags, `tf.sysconfig`) at once on two cores, links them
+One library holds the ops a frame-stacked buffer reads and writes with: zstd
+compression (`zstd_ops.cc`, with zstd itself) and the frame-stack gather
+(`stack_ops.cc`). Only a C++ compiler is needed: zstd is compiled from the
+source the `zstandard` distribution carries (`zstd_source`), so no system
+zstd is used. `build(output)` compiles zstd's `zstd.c` (as C) and the op
+sources (with TensorFlow's own flags, `tf.sysconfig`) at once, links them
 with zstd's symbols hidden, and renames the library into place, so a process
 loading it never sees half a file. Beside it, `<library>.key` records what it
 was built from (`library_key()`: TensorFlow's version and a hash of the
@@ -44,12 +46,13 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.ops import zstd_source
 
-SOURCE_NAME = 'zstd_ops.cc'
+# The op sources, compiled and linked into one library.
+SOURCE_NAMES = ('zstd_ops.cc', 'stack_ops.cc')
 LIBRARY_NAME = '_zstd_ops.so'
 KEY_SUFFIX = '.key'
 CACHE_ENV = 'SMART_REPLAY_CACHE_DIR'
 # Bump when the commands below change what they produce.
-RECIPE = 'zstd.c+op.cc -O2 -fPIC hidden-zstd v1'
+RECIPE = 'zstd.c+ops.cc -O2 -fPIC hidden-zstd v2'
 DEFAULT_LOCK_TIMEOUT_S = 900.0
 COMPILE_TIMEOUT_S = 600.0
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,9 +69,9 @@ class OpBuildError(errors.SmartReplayError, RuntimeError):
   """The zstd op could not be built; the message names the cause."""
 
 
-def source_path() -> str:
-  """Returns the path of `zstd_ops.cc`."""
-  return os.path.join(_HERE, SOURCE_NAME)
+def source_paths() -> List[str]:
+  """Returns the paths of the op sources (`SOURCE_NAMES`)."""
+  return [os.path.join(_HERE, name) for name in SOURCE_NAMES]
 
 
 def key_path(library: str) -> str:
@@ -83,16 +86,18 @@ def library_key(tf_version: Optional[str] = None) -> str:
     tf_version: TensorFlow's version; None: the installed one's.
 
   Returns:
-    `tf<version>-<16 hex digits>`: the digits hash the op's source, zstd's
+    `tf<version>-<16 hex digits>`: the digits hash the op sources, zstd's
     source distribution and the build recipe.
   """
   if tf_version is None:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf_version = tf.__version__
   digest = hashlib.sha256()
-  with open(source_path(), 'rb') as f:
-    digest.update(f.read())
-  digest.update(f'\0{zstd_source.SOURCE_ID}\0{zstd_source.SHA256}\0{RECIPE}'
+  for path in source_paths():
+    with open(path, 'rb') as f:
+      digest.update(f.read())
+    digest.update(b'\0')
+  digest.update(f'{zstd_source.SOURCE_ID}\0{zstd_source.SHA256}\0{RECIPE}'
                 .encode())
   return f'tf{tf_version}-{digest.hexdigest()[:16]}'
 
@@ -144,21 +149,22 @@ def compile_commands(output: str, *, zstd_dir: str, work_dir: str,
     compiler: the C++ compiler (it compiles zstd.c as C).
 
   Returns:
-    `[compile zstd.c, compile zstd_ops.cc, link]`; the first two may run at
-    once.
+    `[compile zstd.c, compile each op source, link]`; all but the last may
+    run at once.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  zstd_object = os.path.join(work_dir, 'zstd.o')
-  op_object = os.path.join(work_dir, 'zstd_ops.o')
   common = ['-O2', '-fPIC', '-I' + zstd_dir] + ZSTD_DEFINES
-  return [
-      [compiler, '-x', 'c', '-std=gnu11', '-c',
-       os.path.join(zstd_dir, 'zstd.c'), '-o', zstd_object] + common,
-      [compiler, '-c', source_path(), '-o', op_object] + common +
-      list(tf.sysconfig.get_compile_flags()),
-      [compiler, '-shared', op_object, zstd_object, '-o', output] +
-      list(tf.sysconfig.get_link_flags()),
-  ]
+  objects = [os.path.join(work_dir, 'zstd.o')]
+  commands = [[compiler, '-x', 'c', '-std=gnu11', '-c',
+               os.path.join(zstd_dir, 'zstd.c'), '-o', objects[0]] + common]
+  for source in source_paths():
+    objects.append(os.path.join(
+        work_dir, os.path.splitext(os.path.basename(source))[0] + '.o'))
+    commands.append([compiler, '-c', source, '-o', objects[-1]] + common +
+                    list(tf.sysconfig.get_compile_flags()))
+  commands.append([compiler, '-shared'] + objects[1:] + objects[:1] +
+                  ['-o', output] + list(tf.sysconfig.get_link_flags()))
+  return commands
 
 
 def run_commands(commands: Sequence[List[str]], *,
@@ -227,8 +233,8 @@ def build(output: str, *, zstd_dir: str, compiler: Optional[str] = None
     temporary = os.path.join(work, LIBRARY_NAME)
     commands = compile_commands(temporary, zstd_dir=zstd_dir, work_dir=work,
                                 compiler=compiler)
-    run_commands(commands[:2])
-    run_commands(commands[2:])
+    run_commands(commands[:-1])
+    run_commands(commands[-1:])
     install_library(temporary, output, key)
   finally:
     shutil.rmtree(work, ignore_errors=True)

@@ -124,14 +124,18 @@ def available() -> bool:
   return True
 
 
-def require() -> None:
+def require() -> Any:
   """Loads the zstd op, or fails with how to build it.
+
+  Returns:
+    The loaded library's module (its ops: zstd's and the frame-stack gather
+    of `stack_ops.cc`, which `smart_replay.ops.stacks` wraps).
 
   Raises:
     ZstdOpMissingError: the library is not built or does not load; the
       message says how to build it.
   """
-  _load()
+  return _load()
 
 
 def decode(blobs: Any, *, max_size: int = DEFAULT_MAX_SIZE) -> Any:
@@ -168,6 +172,37 @@ def _check_level(level: Any) -> None:
     raise ValueError(f'level must be an int, got {level!r}')
 
 
+def c_library() -> ctypes.CDLL:
+  """The op library through ctypes, for its C functions (the write path
+  calls them once a step, where an eager op costs about 60 us).
+
+  Returns:
+    The library, loaded once (the copy TensorFlow loaded), its functions'
+    types declared: `smart_replay_zstd_compress`,
+    `smart_replay_zstd_compress_bound` and `smart_replay_split_stacks`
+    (`stack_ops.cc`).
+
+  Raises:
+    ZstdOpMissingError: the op is not built.
+  """
+  global _library
+  if _library is None:
+    _load()
+    library = ctypes.CDLL(_path)  # Already loaded: the same copy.
+    library.smart_replay_zstd_compress.restype = ctypes.c_int64
+    library.smart_replay_zstd_compress.argtypes = [
+        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
+        ctypes.c_int]
+    library.smart_replay_zstd_compress_bound.restype = ctypes.c_size_t
+    library.smart_replay_zstd_compress_bound.argtypes = [ctypes.c_size_t]
+    library.smart_replay_split_stacks.restype = None
+    library.smart_replay_split_stacks.argtypes = [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_void_p]
+    _library = library
+  return _library
+
+
 def compress(data: bytes, *, level: int = DEFAULT_LEVEL) -> bytes:
   """Compresses bytes into one zstd frame, as `encode` does, from Python.
 
@@ -186,23 +221,13 @@ def compress(data: bytes, *, level: int = DEFAULT_LEVEL) -> bytes:
     ValueError: `level` is not an int, or outside zstd's range.
     ZstdOpMissingError: the op is not built.
   """
-  global _library
   _check_level(level)
-  if _library is None:
-    _load()
-    library = ctypes.CDLL(_path)  # Already loaded: the same copy.
-    library.smart_replay_zstd_compress.restype = ctypes.c_int64
-    library.smart_replay_zstd_compress.argtypes = [
-        ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t,
-        ctypes.c_int]
-    library.smart_replay_zstd_compress_bound.restype = ctypes.c_size_t
-    library.smart_replay_zstd_compress_bound.argtypes = [ctypes.c_size_t]
-    _library = library
+  library = c_library()
   data = bytes(data)
-  capacity = _library.smart_replay_zstd_compress_bound(len(data))
+  capacity = library.smart_replay_zstd_compress_bound(len(data))
   out = ctypes.create_string_buffer(capacity)
-  size = _library.smart_replay_zstd_compress(data, len(data), out, capacity,
-                                             int(level))
+  size = library.smart_replay_zstd_compress(data, len(data), out, capacity,
+                                            int(level))
   if size < 0:
     raise ValueError(f'zstd could not compress {len(data)} bytes at level '
                      f'{level!r} (is it within zstd\'s range, -131072..22?).')

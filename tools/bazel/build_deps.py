@@ -23,7 +23,7 @@ import difflib
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 # Python trees: folder -> the import name of its top package.
 TREES = {'smart_replay': 'smart_replay', 'benchmarks': 'smart_replay_benchmarks',
@@ -212,19 +212,18 @@ def _rule(path: str, deps: List[str], data: List[str]) -> str:
           + _list('deps', local(deps)) + public + ')\n')
 
 
-# A compiled TensorFlow op: `<folder>/<name>.cc` is built into
-# `_<name>.so` (and its key file) beside it by that folder's `build.py`, run
-# on the virtualenv's Python; the module that loads the library (it names
-# `_<name>.so`, or imports the folder's `build`) gets it as data. Local
-# (unsandboxed): zstd's source comes from the user's cache, fetched there
-# with pip the first time.
+# Compiled TensorFlow ops: every `<folder>/*.cc` is built into one library,
+# the `LIBRARY_NAME = '_<stem>.so'` its `build.py` names (and its key file),
+# beside them by that `build.py`, run on the virtualenv's Python; the module
+# that loads the library (it names `_<stem>.so`, or imports the folder's
+# `build`) gets it as data. Local (unsandboxed): zstd's source comes from the
+# user's cache, fetched there with pip the first time.
 OP_RULE = '''genrule(
     name = "{stem}_so",
     srcs = [
         "build.py",
         "zstd_source.py",
-        "{stem}.cc",
-    ],
+{sources}    ],
     outs = [
         "_{stem}.so",
         "_{stem}.so.key",
@@ -236,10 +235,16 @@ OP_RULE = '''genrule(
 '''
 
 
-def _ops(root: str, folder: str) -> List[str]:
-  """The stems of the compiled ops' sources in `folder`."""
-  return sorted(name[:-3] for name in os.listdir(os.path.join(root, folder))
-                if name.endswith('.cc'))
+def _ops(root: str, folder: str) -> Tuple[Optional[str], List[str]]:
+  """`(stem, sources)`: the op library `folder`'s `build.py` names, and the
+  `.cc` sources compiled into it (`(None, [])` without any)."""
+  sources = sorted(name for name in os.listdir(os.path.join(root, folder))
+                   if name.endswith('.cc'))
+  if not sources:
+    return None, []
+  with open(os.path.join(root, folder, 'build.py')) as f:
+    stem = re.search(r"^LIBRARY_NAME = '_(\w+)\.so'$", f.read(), re.M)[1]
+  return stem, sources
 
 
 # A C library loaded with LD_PRELOAD (not a TensorFlow op): `<folder>/<name>.c`
@@ -302,9 +307,10 @@ def build_files(root: str) -> Dict[str, str]:
       data = _data(path, source, scripts)
       preloads = _preloads(root, folder)
       own_preload = os.path.basename(path)[:-3] in preloads
-      for stem in _ops(root, folder):
-        if os.path.basename(path) == 'build.py':  # It compiles the source.
-          data.append(f'//{folder}:{stem}.cc')
+      stem, sources = _ops(root, folder)
+      if stem is not None:
+        if os.path.basename(path) == 'build.py':  # It compiles the sources.
+          data += [f'//{folder}:{source}' for source in sources]
         elif (f"'_{stem}.so'" in source or  # It loads the library.
               (not own_preload and
                re.search(r'^from \S+ import build$', source, re.M))):
@@ -321,7 +327,10 @@ def build_files(root: str) -> Dict[str, str]:
         PUBLIC if folder == 'scripts' else PROJECT))
     if folder == FIXTURES:  # The committed buffers the fixtures describe.
       rules.append(FIXTURE_DATA)
-    rules += [OP_RULE.format(stem=stem) for stem in _ops(root, folder)]
+    stem, sources = _ops(root, folder)
+    if stem is not None:
+      rules.append(OP_RULE.format(stem=stem, sources=''.join(
+          f'        "{source}",\n' for source in sources)))
     rules += [PRELOAD_RULE.format(stem=stem)
               for stem in _preloads(root, folder)]
     out[os.path.join(folder, 'BUILD')] = (HEADER + '\n' + load + visibility

@@ -35,10 +35,14 @@ def test_the_key_names_tensorflow_and_follows_the_source(tmp_path,
   key = build.library_key('2.15.1')
   assert key.startswith('tf2.15.1-') and len(key) == len('tf2.15.1-') + 16
   assert build.library_key('2.16.0') != key
-  changed = tmp_path / build.SOURCE_NAME
-  changed.write_bytes(open(build.source_path(), 'rb').read() + b'\n// x\n')
-  monkeypatch.setattr(build, 'source_path', lambda: str(changed))
-  assert build.library_key('2.15.1') != key
+  for changed_one in range(len(build.SOURCE_NAMES)):
+    paths = build.source_paths()
+    changed = tmp_path / build.SOURCE_NAMES[changed_one]
+    changed.write_bytes(open(paths[changed_one], 'rb').read() + b'\n// x\n')
+    paths[changed_one] = str(changed)
+    with monkeypatch.context() as patched:
+      patched.setattr(build, 'source_paths', lambda paths=paths: paths)
+      assert build.library_key('2.15.1') != key
 
 
 def test_a_missing_or_failing_compiler_is_named_and_leaves_nothing(tmp_path):
@@ -198,7 +202,8 @@ def test_a_pip_installed_package_builds_the_op_once_and_reuses_it(tmp_path):
                   '--no-deps', '--no-build-isolation', '--target', site,
                   str(tree)], check=True, timeout=300, capture_output=True)
   ops = os.path.join(site, 'smart_replay', 'ops')
-  assert os.path.isfile(os.path.join(ops, build.SOURCE_NAME))
+  for name in build.SOURCE_NAMES:
+    assert os.path.isfile(os.path.join(ops, name))
   assert not os.path.exists(os.path.join(ops, build.LIBRARY_NAME))
   # A cache of its own; zstd's source copied in (pip fetched it once).
   cache = tmp_path / 'cache'
