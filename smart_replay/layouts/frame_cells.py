@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from smart_replay.layouts import frame_blobs
+from smart_replay.ops import stacks
 from smart_replay.spec import specs
 
 
@@ -128,10 +129,18 @@ class StackedField:
       stack: `[..., *field shape]` (leading batch dimensions allowed).
 
     Returns:
-      `[..., depth, *frame_shape]`.
+      `[..., depth, *frame_shape]`; for a last-axis stack, a contiguous
+      copy (comparing, compressing and journaling a strided view of
+      interleaved frames cost about 20 times as much), cut by the op
+      library's C function with zstd (`stacks.split`, about 7 us an Atari
+      stack), by numpy with zlib (about 20 us; no compiled library needed).
     """
-    return np.moveaxis(stack, -1, -1 - len(self.frame_shape)) if (
-        self.last_axis) else stack
+    if not self.last_axis:
+      return stack
+    if self.option.codec == 'zstd':
+      return stacks.split(stack, frame_rank=len(self.frame_shape))
+    return np.ascontiguousarray(np.moveaxis(
+        stack, -1, -1 - len(self.frame_shape)))
 
   def stacks(self, frames: np.ndarray) -> np.ndarray:
     """The inverse of `frames`.
@@ -163,7 +172,10 @@ class StackEncoder:
       step's, else the whole stack.
     """
     previous, self._previous = self._previous, frames
-    if previous is not None and np.array_equal(frames[:-1], previous[1:]):
+    # memoryview's == compares shapes, then bytes (memcmp for contiguous
+    # uint8): 1.3 us an Atari stack, np.array_equal 7.
+    if previous is not None and (memoryview(frames[:-1]) ==
+                                 memoryview(previous[1:])):
       return frames[-1:]
     return frames
 

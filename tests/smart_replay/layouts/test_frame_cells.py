@@ -485,6 +485,30 @@ def test_a_zlib_buffer_from_before_zstd_loads_and_samples(tmp_path):
   assert found == _expected_windows(stream)
 
 
+@pytest.mark.parametrize('codec', ['zstd', 'zlib'])
+@pytest.mark.parametrize('batch', [(), (3,)])
+def test_last_axis_stacks_are_cut_into_contiguous_frames(codec, batch):
+  # zstd cuts with the op library's C function, zlib with numpy; both give
+  # the frames oldest first, contiguous, for one step or a batch of them.
+  field = frame_cells.StackedField(
+      FrameStack('observation', -1, codec), _spec([84, 84, 4]))
+  stack = np.random.default_rng(0).integers(0, 256, batch + (84, 84, 4),
+                                            np.uint8)
+  frames = field.frames(stack)
+  assert frames.flags.c_contiguous and frames.shape == batch + (4, 84, 84)
+  np.testing.assert_array_equal(frames, np.moveaxis(stack, -1, -3))
+  np.testing.assert_array_equal(field.stacks(frames), stack)
+  if not batch:  # A stream's encoder: a whole stack, then the newest frame
+    # of a stack that continues it.
+    encoder = frame_cells.StackEncoder()
+    assert len(encoder.new_frames(frames)) == 4
+    shifted = np.concatenate([stack[..., 1:], stack[..., :1] + 1], axis=-1)
+    np.testing.assert_array_equal(encoder.new_frames(field.frames(shifted)),
+                                  field.frames(shifted)[-1:])
+    unrelated = field.frames(shifted + 1)
+    assert len(encoder.new_frames(unrelated)) == 4
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize('shape, dtype, found', [
     ([84, 84, 4], tf.uint8, ('observation', -1)),  # TF-Agents' FrameStack4.
