@@ -4,7 +4,9 @@
 own and sticky actions (`repeat_action_probability` 0.25), Gymnasium's
 `AtariPreprocessing` (`frame_skip` 4, 84x84 grayscale) and
 `FrameStackObservation(4)`: an observation is `uint8[4, 84, 84]`, oldest
-frame first. A seeded random policy plays it; the stream is what a TF-Agents
+frame first (`stack_axis=-1` hands the sides TF-Agents' own Atari layout
+instead, `uint8[84, 84, 4]` as its `FrameStack4` makes it: the same frames on
+the last axis, each stack contiguous). A seeded random policy plays it; the stream is what a TF-Agents
 driver hands its observers: FIRST and MID steps, the last transition
 (`next_step_type` LAST), then the boundary step (`step_type` LAST,
 `next_step_type` FIRST of the next episode).
@@ -35,10 +37,28 @@ SCREEN = 84
 NUM_ACTIONS = 18  # ALE's full action set bounds every game's actions.
 FIELDS = ('step_type', 'observation', 'action', 'next_step_type', 'reward',
           'discount')
+STACK_AXES = (0, -1)
 
 
-def data_spec() -> trajectory_lib.Trajectory:
+def check_stack_axis(stack_axis: int) -> None:
+  """Raises ValueError naming `stack_axis` unless it is 0 or -1."""
+  if isinstance(stack_axis, bool) or stack_axis not in STACK_AXES:
+    raise ValueError(f'stack_axis must be 0 (uint8[4, 84, 84], Gymnasium) or '
+                     f'-1 (uint8[84, 84, 4], TF-Agents), got {stack_axis!r}.')
+
+
+def observation_shape(stack_axis: int = 0) -> List[int]:
+  """`[4, 84, 84]` (stack_axis 0) or `[84, 84, 4]` (-1)."""
+  check_stack_axis(stack_axis)
+  return [STACK, SCREEN, SCREEN] if stack_axis == 0 else [
+      SCREEN, SCREEN, STACK]
+
+
+def data_spec(stack_axis: int = 0) -> trajectory_lib.Trajectory:
   """The spec of one step: observation `uint8[4, 84, 84]`, action int64.
+
+  Args:
+    stack_axis: 0, or -1 for observations `uint8[84, 84, 4]`.
 
   Returns:
     The `Trajectory` of (bounded) `tf.TensorSpec`s.
@@ -46,7 +66,7 @@ def data_spec() -> trajectory_lib.Trajectory:
   return trajectory_lib.Trajectory(
       step_type=tf.TensorSpec([], tf.int32, 'step_type'),
       observation=tensor_spec.BoundedTensorSpec(
-          [STACK, SCREEN, SCREEN], tf.uint8, 0, 255, 'observation'),
+          observation_shape(stack_axis), tf.uint8, 0, 255, 'observation'),
       action=tensor_spec.BoundedTensorSpec([], tf.int64, 0, NUM_ACTIONS - 1,
                                            'action'),
       policy_info=(),
@@ -197,16 +217,23 @@ def load(folder: str, steps: int) -> Dict[str, np.ndarray]:
           for name in FIELDS}
 
 
-def trajectories(arrays: Dict[str, np.ndarray]
+def trajectories(arrays: Dict[str, np.ndarray], stack_axis: int = 0
                  ) -> List[trajectory_lib.Trajectory]:
-  """The stream as numpy `Trajectory`s (views of `arrays`, no copies).
+  """The stream as numpy `Trajectory`s (views of `arrays`).
 
   Args:
-    arrays: `{field: array}` as `generate` returns.
+    arrays: `{field: array}` as `generate` returns; with `stack_axis=-1`
+      its observations are replaced by a contiguous copy with the frames
+      on the last axis (what TF-Agents' `FrameStack4` hands a driver).
+    stack_axis: 0 or -1 (see `data_spec`).
 
   Returns:
     One `Trajectory` per step.
   """
+  check_stack_axis(stack_axis)
+  if stack_axis == -1:
+    arrays['observation'] = np.ascontiguousarray(
+        np.moveaxis(arrays['observation'], 1, -1))
   count = len(arrays['step_type'])
   return [trajectory_lib.Trajectory(
       policy_info=(), **{name: arrays[name][index] for name in FIELDS})

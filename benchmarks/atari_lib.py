@@ -6,7 +6,10 @@ frame stack found by its shape, in zstd), one item per window and in packed
 items of 64 steps, and for reference the same in zlib (as before zstd) and
 ours with `frame_stack=False`. The stream is real: `atari_frames` plays the
 game (Pong by default) once per run, before anything is measured, and caches
-it in the output folder.
+it in the output folder; every side gets its frames on the workload's stack
+axis (`uint8[4, 84, 84]`, or TF-Agents' `uint8[84, 84, 4]`). A run is one
+game and one axis; `run_all` runs several and `atari_report.format_summary`
+sets them side by side.
 
 Each side runs in its own spawned process, one after the other, so its
 memory is its own and no side competes with another for the CPUs. Measured
@@ -27,7 +30,7 @@ import platform
 import shutil
 import time
 import traceback
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from absl import logging
 
@@ -52,6 +55,9 @@ class AtariWorkload:
     sample_seconds: seconds of sampling timed per side.
     seed: the seed of the stream.
     game: the ALE game played (e.g. 'Pong', 'Breakout').
+    stack_axis: where the observation's 4 frames are: 0 (`uint8[4, 84,
+      84]`, Gymnasium's `FrameStackObservation`) or -1 (`uint8[84, 84, 4]`,
+      TF-Agents' `FrameStack4`).
   """
   steps: int = 20_000
   sides: Tuple[str, ...] = DEFAULT_SIDES
@@ -59,6 +65,7 @@ class AtariWorkload:
   sample_seconds: float = 5.0
   seed: int = 0
   game: str = atari_frames.GAME
+  stack_axis: int = 0
 
   def __post_init__(self):
     object.__setattr__(self, 'sides', tuple(self.sides))
@@ -81,6 +88,10 @@ class AtariWorkload:
     if bad:
       raise ValueError(f'AtariWorkload.curve_sizes must be between 1 and '
                        f'steps={self.steps}; got {bad}.')
+    try:
+      atari_frames.check_stack_axis(self.stack_axis)
+    except ValueError as e:
+      raise ValueError(f'AtariWorkload.{e}') from None
     if not self.sample_seconds > 0:
       raise ValueError(f'AtariWorkload.sample_seconds must be > 0, got '
                        f'{self.sample_seconds!r}.')
@@ -93,13 +104,13 @@ class AtariWorkload:
 
 
 def _side_main(connection, side, frames_folder, steps, marks, sample_seconds,
-               work, verbosity) -> None:
+               work, stack_axis, verbosity) -> None:
   """Measures one side (in a spawned process) and sends its result, or the
   error's traceback."""
   logging.set_verbosity(verbosity)
   try:
     result = atari_sides.measure(side, frames_folder, steps, marks,
-                                 sample_seconds, work)
+                                 sample_seconds, work, stack_axis)
     connection.send(('ok', result))
   except BaseException:  # pylint: disable=broad-except
     connection.send(('error', traceback.format_exc()))
@@ -130,7 +141,7 @@ def measure_side(side: str, workload: AtariWorkload, frames_folder: str,
   process = context.Process(
       target=_side_main, args=(child, side, frames_folder, workload.steps,
                                workload.marks, workload.sample_seconds, work,
-                               logging.get_verbosity()))
+                               workload.stack_axis, logging.get_verbosity()))
   process.start()
   child.close()
   try:
@@ -177,8 +188,14 @@ def _memory(result: Dict[str, Any], steps: int) -> Dict[str, Any]:
                     for a, b in zip(sizes, sizes[1:])]}}
 
 
+def result_name(workload: AtariWorkload) -> str:
+  """The name of a run's files: `atari_<game>_axis0` or
+  `atari_<game>_axis-1`."""
+  return f'atari_{workload.game.lower()}_axis{workload.stack_axis}'
+
+
 def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
-  """Runs the Atari benchmark; writes `atari_benchmark.json` and `.png`.
+  """Runs the Atari benchmark; writes `<result_name>.json` and `.png`.
 
   Args:
     workload: what to write and sample.
@@ -186,9 +203,10 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
       afterwards) checkpoints go; created if missing.
 
   Returns:
-    The results (also in `output_dir/atari_benchmark.json`): the workload,
+    The results (also in `output_dir/<result_name>.json`): the workload,
     the machine, per side its measurements and `memory` (slope, growth,
-    projection, curve), and `ratios` (see `atari_report.ratios`).
+    projection, curve), `ratios` (see `atari_report.ratios`) and `name`,
+    the files' name (`result_name`).
 
   Raises:
     ImportError: if psutil or matplotlib (the `bench` extra) is missing;
@@ -207,7 +225,9 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
   results: Dict[str, Any] = {
       'workload': dataclasses.asdict(workload),
       'stream': {'game': workload.game, 'episodes_ended': episodes,
-                 'observation': 'uint8[4, 84, 84]',
+                 'stack_axis': workload.stack_axis,
+                 'observation': 'uint8[{}, {}, {}]'.format(
+                     *atari_frames.observation_shape(workload.stack_axis)),
                  'raw_bytes_per_step': atari_frames.raw_bytes_per_step(),
                  'seconds_to_generate_or_load': time.monotonic() - began},
       'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
@@ -226,17 +246,44 @@ def run(workload: AtariWorkload, output_dir: str) -> Dict[str, Any]:
       results['sides'][side] = result
       elapsed = time.monotonic() - measured
       logging.info(
-          'side %d/%d %s: %.0f steps/s, %.0f windows/s, %.0f B/step; ETA '
-          '%.0f s', index + 1, len(workload.sides), side,
+          '%s side %d/%d %s: %.0f steps/s, %.0f windows/s, %.0f B/step; '
+          'ETA %.0f s', result_name(workload), index + 1,
+          len(workload.sides), side,
           result['insert_steps_per_s'], result['sample_windows_per_s'],
           result['memory']['slope_bytes_per_step'],
           elapsed / (index + 1) * (len(workload.sides) - index - 1))
   finally:  # Also when a side fails or is interrupted.
     shutil.rmtree(os.path.join(output_dir, 'atari_work'), ignore_errors=True)
   results['ratios'] = atari_report.ratios(results)
-  with open(os.path.join(output_dir, 'atari_benchmark.json'), 'w') as f:
+  results['name'] = result_name(workload)
+  name = os.path.join(output_dir, results['name'])
+  with open(name + '.json', 'w') as f:
     json.dump(results, f, indent=2)
-  atari_report.plot(results, os.path.join(output_dir, 'atari_benchmark.png'))
+  atari_report.plot(results, name + '.png')
+  return results
+
+
+def run_all(workload: AtariWorkload, games: Sequence[str],
+            stack_axes: Sequence[int], output_dir: str
+            ) -> List[Dict[str, Any]]:
+  """Runs `workload` on every game and stack axis, one `run` each.
+
+  Args:
+    workload: what to write and sample (its game and axis are replaced).
+    games: the ALE games, in order.
+    stack_axes: 0 and/or -1, measured in turn for each game.
+    output_dir: as for `run`; the summary goes to `atari_summary.json`.
+
+  Returns:
+    Each run's results, game by game, axis by axis.
+  """
+  results = []
+  for game in games:
+    for stack_axis in stack_axes:
+      results.append(run(dataclasses.replace(
+          workload, game=game, stack_axis=stack_axis), output_dir))
+  with open(os.path.join(output_dir, 'atari_summary.json'), 'w') as f:
+    json.dump(atari_report.summary(results), f, indent=2)
   return results
 
 

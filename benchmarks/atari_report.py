@@ -233,3 +233,57 @@ def plot(results: Dict[str, Any], path: str) -> None:
   figure.tight_layout()
   figure.savefig(path, dpi=110)
   pyplot.close(figure)
+
+
+def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """Every run's ratios against stock, one entry per game and stack axis.
+
+  Args:
+    runs: what `atari_lib.run` returned, one per game and axis.
+
+  Returns:
+    `[{game, stack_axis, observation, steps, ratios: {side: {measure:
+    value}}, met: {side: {measure: met}}}]`, in the runs' order.
+  """
+  return [{'game': r['stream']['game'],
+           'stack_axis': r['stream']['stack_axis'],
+           'observation': r['stream']['observation'],
+           'steps': r['workload']['steps'],
+           'ratios': {side: {m: v['value'] for m, v in measures.items()}
+                      for side, measures in r['ratios'].items()},
+           'met': {side: {m: v['met'] for m, v in measures.items()}
+                   for side, measures in r['ratios'].items()}}
+          for r in runs]
+
+
+_SUMMARY_MEASURES = ('insert', 'sample', 'memory')
+
+
+def format_summary(runs: List[Dict[str, Any]]) -> str:
+  """The runs side by side: a row per game and stack axis, for each of our
+  sides its insert, sample and memory ratios against stock.
+
+  Args:
+    runs: what `atari_lib.run` returned, one per game and axis.
+
+  Returns:
+    A markdown table; a ratio that misses its target is marked '(NOT met)'.
+  """
+  entries = summary(runs)
+  sides = [s for s in entries[0]['ratios']] if entries else []
+  header = ['game', 'observation'] + [
+      f'{atari_sides.LABELS[s]}: insert / sample / memory' for s in sides]
+  rows = [header]
+  for entry in entries:
+    cells = []
+    for side in sides:
+      parts = []
+      for measure in _SUMMARY_MEASURES:
+        value = entry['ratios'].get(side, {}).get(measure, float('nan'))
+        part = _ratio(value).split(' (')[0]
+        if entry['met'].get(side, {}).get(measure) is False:
+          part += ' (NOT met)'
+        parts.append(part)
+      cells.append(' / '.join(parts))
+    rows.append([entry['game'], entry['observation']] + cells)
+  return '\n'.join(_markdown(rows))

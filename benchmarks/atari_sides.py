@@ -14,13 +14,16 @@ a learner beside its buffer has it) fed with the cached Atari stream:
 * 'ours_blocks': the same with packed items,
   `table_configs=[TableConfig(block_length=64)]`;
 * 'ours_zlib', 'ours_blocks_zlib': both with
-  `FrameStack('observation', axis=0, codec='zlib')` (blocks of 32), as they
+  `FrameStack('observation', axis=..., codec='zlib')` (blocks of 32), as they
   were before zstd, for reference;
 * 'ours_noframes': one item per window with `frame_stack=False` (whole
   stacks), for reference;
 * 'ours_no_journal': 'ours' without its write-ahead journal
   (`journal='off'`; the default 'auto' journals a frame-stacked buffer's
   cells, synced every second), for reference: the journal's cost.
+
+Every side stores the same stream with its frames on the workload's stack
+axis: `uint8[4, 84, 84]` (0) or TF-Agents' `uint8[84, 84, 4]` (-1).
 
 `measure` writes the stream, reading the process's RSS at the size-curve
 points, the half and the end (after a flush and a short settle, left out of
@@ -160,13 +163,14 @@ def _items(server_address: str, table: str) -> int:
   return reverb.Client(server_address).server_info()[table].current_size
 
 
-def _measure_stock(steps, marks, sample_seconds, work) -> Dict[str, Any]:
+def _measure_stock(steps, marks, sample_seconds, work, stack_axis
+                   ) -> Dict[str, Any]:
   """Writes, samples, checkpoints and restores the stock buffer."""
   root = os.path.join(work, 'reverb')
   server = _stock_server(root)
   try:
     replay_buffer = reverb_replay_buffer.ReverbReplayBuffer(
-        atari_frames.data_spec(), sequence_length=SEQUENCE_LENGTH,
+        atari_frames.data_spec(stack_axis), sequence_length=SEQUENCE_LENGTH,
         table_name=STOCK_TABLE, local_server=server)
     observer = reverb_utils.ReverbAddTrajectoryObserver(
         replay_buffer.py_client, STOCK_TABLE, sequence_length=SEQUENCE_LENGTH,
@@ -197,7 +201,8 @@ def _measure_stock(steps, marks, sample_seconds, work) -> Dict[str, Any]:
   return result
 
 
-def _measure_ours(side, steps, marks, sample_seconds, work) -> Dict[str, Any]:
+def _measure_ours(side, steps, marks, sample_seconds, work, stack_axis
+                  ) -> Dict[str, Any]:
   """Writes, samples, checkpoints and restores one of our buffers."""
   options = {}  # 'ours': none, the frame stack is found.
   if side == 'ours_blocks':
@@ -205,15 +210,16 @@ def _measure_ours(side, steps, marks, sample_seconds, work) -> Dict[str, Any]:
   if side == 'ours_blocks_zlib':
     options['table_configs'] = [TableConfig(block_length=ZLIB_BLOCK_LENGTH)]
   if side.endswith('_zlib'):
-    options['frame_stack'] = FrameStack('observation', axis=0, codec='zlib')
+    options['frame_stack'] = FrameStack('observation', axis=stack_axis,
+                                        codec='zlib')
   if side == 'ours_noframes':
     options['frame_stack'] = False
   if side == 'ours_no_journal':
     options['journal'] = 'off'  # 'auto' journals the cells.
   buffer_dir = os.path.join(work, 'buffer')
   manager = ReplayBufferManager(
-      atari_frames.data_spec(), capacity=CAPACITY, checkpoint_dir=buffer_dir,
-      sequence_length=SEQUENCE_LENGTH, **options)
+      atari_frames.data_spec(stack_axis), capacity=CAPACITY,
+      checkpoint_dir=buffer_dir, sequence_length=SEQUENCE_LENGTH, **options)
   try:
     _, observer = manager.create_replay_buffer()
     result = write(side, observer, manager.flush, steps, marks)
@@ -242,7 +248,8 @@ def _measure_ours(side, steps, marks, sample_seconds, work) -> Dict[str, Any]:
 
 
 def measure(side: str, frames_folder: str, steps: int, marks: Iterable[int],
-            sample_seconds: float, work: str) -> Dict[str, Any]:
+            sample_seconds: float, work: str, stack_axis: int = 0
+            ) -> Dict[str, Any]:
   """Measures one side on the cached stream (call it in a fresh process).
 
   Args:
@@ -253,6 +260,8 @@ def measure(side: str, frames_folder: str, steps: int, marks: Iterable[int],
       `steps` are always among them.
     sample_seconds: seconds of sampling timed.
     work: an empty folder for the side's checkpoints.
+    stack_axis: the observation's frames on axis 0 or -1
+      (`atari_frames.data_spec`).
 
   Returns:
     `{'steps', 'base_rss', 'rss': {steps written: bytes}, 'insert_seconds',
@@ -265,12 +274,14 @@ def measure(side: str, frames_folder: str, steps: int, marks: Iterable[int],
   """
   if side not in SIDES:
     raise ValueError(f'unknown side {side!r}; expected one of {SIDES}.')
-  stream = atari_frames.trajectories(atari_frames.load(frames_folder, steps))
+  stream = atari_frames.trajectories(atari_frames.load(frames_folder, steps),
+                                     stack_axis)
   marks = set(marks) | {steps // 2, steps}
   if side == 'stock':
-    result = _measure_stock(stream, marks, sample_seconds, work)
+    result = _measure_stock(stream, marks, sample_seconds, work, stack_axis)
   else:
-    result = _measure_ours(side, stream, marks, sample_seconds, work)
+    result = _measure_ours(side, stream, marks, sample_seconds, work,
+                           stack_axis)
   result['steps'] = steps
   result['insert_steps_per_s'] = steps / result['insert_seconds']
   return result

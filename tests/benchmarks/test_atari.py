@@ -23,6 +23,8 @@ from smart_replay_benchmarks import atari_report
     ('sides', ('stock',), r'at least one of ours'),
     ('curve_sizes', (10, 30_000), r'between 1 and steps=20000; got \[30000\]'),
     ('sample_seconds', 0.0, r'sample_seconds must be > 0'),
+    ('stack_axis', 2, r'AtariWorkload.stack_axis must be 0 \(uint8\[4, 84, '
+     r'84\], Gymnasium\) or -1 \(uint8\[84, 84, 4\], TF-Agents\), got 2'),
 ])
 def test_bad_workload_is_refused_with_the_field(field, value, message):
   with pytest.raises(ValueError, match=message):
@@ -78,6 +80,18 @@ def test_ratios_are_against_stock_with_each_sides_targets(tmp_path):
   assert 'ours_blocks      50-100: 250; 1M: 0.30 GB, 10M: 3.0 GB' in table
   atari_report.plot(results, str(tmp_path / 'chart.png'))
   assert (tmp_path / 'chart.png').read_bytes().startswith(b'\x89PNG')
+  results['stream']['stack_axis'] = 0
+  other = dict(results, stream=dict(results['stream'], stack_axis=-1,
+                                    observation='uint8[84, 84, 4]'))
+  summary = atari_report.format_summary([results, other])
+  rows = summary.splitlines()
+  assert len(rows) == 4 and 'ours, per-window: insert / sample / memory' in (
+      rows[0])
+  for row, observation in zip(rows[2:], ('[4, 84, 84]', '[84, 84, 4]')):
+    assert row.startswith(f'| Pong | uint8{observation} | 3.00x / 3.00x / '
+                          '0.117x '), row
+    assert ('| 1.00x (NOT met) / 0.50x (NOT met) / 0.05x (NOT met) |'
+            in row), row
 
 
 def test_the_pong_stream_is_cached_and_a_prefix_is_the_shorter_stream(
@@ -101,13 +115,30 @@ def test_the_pong_stream_is_cached_and_a_prefix_is_the_shorter_stream(
   assert (tmp_path / 'atari_frames' / 'breakout_seed3' / 'meta.json').exists()
 
 
+def test_the_stream_in_tf_agents_layout_holds_the_same_frames(tmp_path):
+  made = atari_frames.cached_frames(str(tmp_path), 12, seed=3)
+  first = atari_frames.trajectories(dict(made))
+  last = atari_frames.trajectories(dict(made), stack_axis=-1)
+  assert atari_frames.data_spec(-1).observation.shape == (84, 84, 4)
+  for a, b in zip(first, last):
+    assert b.observation.shape == (84, 84, 4)
+    assert b.observation.base.flags.c_contiguous  # As FrameStack4 makes it.
+    assert np.array_equal(np.moveaxis(b.observation, -1, 0), a.observation)
+    assert a.action == b.action and a.step_type == b.step_type
+
+
 def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
-  # The zlib sides are left out to keep the test short (the layout tests
-  # cover zlib buffers).
+  # One game, TF-Agents' last-axis layout (the layout tests check both
+  # axes' windows). The zlib sides are left out to keep the test short (the
+  # layout tests cover zlib buffers).
   workload = atari_lib.AtariWorkload(
       steps=600, curve_sizes=(200,), sample_seconds=1.0,
       sides=('stock', 'ours', 'ours_blocks', 'ours_noframes'))
-  results = atari_lib.run(workload, str(tmp_path))
+  runs = atari_lib.run_all(workload, ['Pong'], [-1], str(tmp_path))
+  assert len(runs) == 1
+  results = runs[0]
+  assert results['stream']['observation'] == 'uint8[84, 84, 4]'
+  assert results['name'] == 'atari_pong_axis-1'
   sides = results['sides']
   assert list(sides) == list(workload.sides)
   for name, side in sides.items():
@@ -130,9 +161,13 @@ def test_a_tiny_run_measures_and_reports_every_side(tmp_path):
   for ratios in results['ratios'].values():
     assert set(ratios) == set(atari_report.MEASURES)
     assert all(r['value'] > 0 for r in ratios.values())
-  saved = json.loads((tmp_path / 'atari_benchmark.json').read_text())
+  saved = json.loads((tmp_path / 'atari_pong_axis-1.json').read_text())
   assert set(saved['sides']) == set(sides)
-  png = (tmp_path / 'atari_benchmark.png').read_bytes()
+  summary = json.loads((tmp_path / 'atari_summary.json').read_text())
+  assert [(s['game'], s['stack_axis']) for s in summary] == [('Pong', -1)]
+  assert summary[0]['ratios']['ours']['insert'] == pytest.approx(
+      results['ratios']['ours']['insert']['value'])
+  png = (tmp_path / 'atari_pong_axis-1.png').read_bytes()
   assert png.startswith(b'\x89PNG\r\n\x1a\n') and len(png) > 10_000
   table = atari_report.format_table(results)
   for label in ('stock TF-Agents', 'ours, per-window',
