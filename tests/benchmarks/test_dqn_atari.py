@@ -32,7 +32,7 @@ def test_bad_settings_are_named(tmp_path):
 
 def test_tf_agents_own_example_runs_with_stock_reverb(tmp_path):
   # A few train steps of TF-Agents' example from its wheel (the 'ours' side
-  # is examples/dqn_atari.py, which tests/examples/test_dqn_atari.py runs).
+  # is examples/dqn_atari.py, which the examples' own tests run).
   args = dqn_atari.command('stock', str(tmp_path / 'root'), iterations=3,
                            initial_collect_steps=40, replay_capacity=1000)
   done = subprocess.run(args, capture_output=True, text=True, timeout=600,

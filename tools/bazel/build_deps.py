@@ -177,7 +177,7 @@ def _data(path: str, source: str, scripts: Dict[str, str]) -> List[str]:
                     if re.search(rf'[\'"]{re.escape(name)}[\'"]', source)})
   if path.startswith('tests/'):
     data += sorted({f'//examples:{stem}' for stem in re.findall(
-        r'examples/(\w+)\.py', source)})  # Run as `python examples/x.py`.
+        r'(?<![\w/])examples/(\w+)\.py', source)})  # `python examples/x.py`.
   return data
 
 
