@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -175,17 +176,12 @@ class GatherStacksOp : public OpKernel {
       }
       return;
     }
-    constexpr int64_t kMaxDepth = 64;
-    OP_REQUIRES(context, depth <= kMaxDepth,
-                ::tensorflow::errors::InvalidArgument(
-                    kOp, ": depth_last stacks of ", depth,
-                    " frames; at most ", kMaxDepth, " are supported"));
-    const uint8_t* frame[kMaxDepth];
+    std::vector<const uint8_t*> frame(depth);  // One stack's frames.
     for (int64_t s = 0; s < count; ++s) {
       for (int64_t d = 0; d < depth; ++d) {
         frame[d] = source + int64_t{flat(s * depth + d)} * size;
       }
-      Interleave(frame, depth, size, out + s * size * depth);
+      Interleave(frame.data(), depth, size, out + s * size * depth);
     }
   }
 

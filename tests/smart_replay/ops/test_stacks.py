@@ -25,7 +25,7 @@ def _expected(frames, index, depth_last):
 # Frame sizes around the 16-byte vector width (tails of every length), an
 # Atari frame, depths with and without a vector path.
 @pytest.mark.parametrize('frame_bytes', [1, 15, 16, 17, 33, 7056])
-@pytest.mark.parametrize('depth', [2, 3, 4, 8])
+@pytest.mark.parametrize('depth', [2, 3, 4, 8, 70])
 @pytest.mark.parametrize('depth_last', [True, False])
 def test_stacks_are_the_indexed_frames(frame_bytes, depth, depth_last):
   rng = np.random.default_rng(frame_bytes * 100 + depth)
