@@ -270,7 +270,7 @@ def format_summary(runs: List[Dict[str, Any]]) -> str:
     A markdown table; a ratio that misses its target is marked '(NOT met)'.
   """
   entries = summary(runs)
-  sides = [s for s in entries[0]['ratios']] if entries else []
+  sides = list(entries[0]['ratios']) if entries else []
   header = ['game', 'observation'] + [
       f'{atari_sides.LABELS[s]}: insert / sample / memory' for s in sides]
   rows = [header]

@@ -61,14 +61,12 @@ def command(side: str, root_dir: str, *, iterations: int,
   """
   if side not in SIDES:
     raise ValueError(f'side must be one of {SIDES}, got {side!r}')
-  program = (dqn_stock_main.__file__ if side == 'stock' else
-             example_path())
-  return [sys.executable, program,
-      f'--root_dir={root_dir}', f'--num_iterations={iterations}',
-      '--eval_interval=0',
-      f'--gin_bindings=train_eval.initial_collect_steps='
-      f'{initial_collect_steps}',
-      f'--gin_bindings=train_eval.replay_capacity={replay_capacity}']
+  program = dqn_stock_main.__file__ if side == 'stock' else example_path()
+  return [sys.executable, program, f'--root_dir={root_dir}',
+          f'--num_iterations={iterations}', '--eval_interval=0',
+          f'--gin_bindings=train_eval.initial_collect_steps='
+          f'{initial_collect_steps}',
+          f'--gin_bindings=train_eval.replay_capacity={replay_capacity}']
 
 
 def rates(log: str) -> List[float]:
