@@ -159,7 +159,8 @@ class StackEncoder:
   """One stream's cells: what is new in each step's stack."""
 
   def __init__(self):
-    self._previous = None  # The previous step's frames.
+    # The bytes of the previous step's newest depth - 1 frames.
+    self._tail = None
 
   def new_frames(self, frames: np.ndarray) -> np.ndarray:
     """The frames of this step a cell must hold (the stream's next step).
@@ -171,18 +172,18 @@ class StackEncoder:
       The newest frame `[1, *frame]` if the stack continues the previous
       step's, else the whole stack.
     """
-    previous, self._previous = self._previous, frames
-    # memoryview's == compares shapes, then bytes (memcmp for contiguous
-    # uint8): 1.3 us an Atari stack, np.array_equal 7.
-    if previous is not None and (memoryview(frames[:-1]) ==
-                                 memoryview(previous[1:])):
+    # bytes == bytes is one memcmp: 1.8 us an Atari stack, with both copies.
+    # (memoryview's == compares multi-dimensional views item by item: 106 us
+    # when the stacks are equal; np.array_equal 9.5 us.)
+    previous, self._tail = self._tail, frames[1:].tobytes()
+    if previous is not None and frames[:-1].tobytes() == previous:
       return frames[-1:]
     return frames
 
   def reset(self) -> None:
     """The next step starts with a whole stack (e.g. the cells before it are
     forgotten)."""
-    self._previous = None
+    self._tail = None
 
 
 class CellEncoder:
