@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from smart_replay.layouts import frame_blobs
+from smart_replay.ops import cell_encoder
 from smart_replay.ops import stacks
 from smart_replay.spec import specs
 
@@ -195,8 +196,15 @@ class CellEncoder:
   """
 
   def __init__(self, field: StackedField, row_bytes: int):
-    self._stacks = StackEncoder()
     self._codec = field.option.codec
+    if self._codec == 'zstd':  # Comparison, bytes and zstd in one C call.
+      self._stacks = cell_encoder.ZstdCells(
+          depth=field.depth, frame_bytes=field.frame_bytes,
+          row_bytes=row_bytes, level=frame_blobs.ZSTD_LEVEL)
+      self._encode = self._stacks.encode
+    else:
+      self._stacks = StackEncoder()
+      self._encode = self._encode_zlib
     # Before the first cell of a stream: `lookback` empty cells (no frames,
     # a zero row), so that every item references `lookback` earlier cells
     # (Reverb reads a column's references as consecutive cells of a chunk,
@@ -218,11 +226,13 @@ class CellEncoder:
     Returns:
       `[[blob], ...]`: the empty cells if `first`, then the step's cell.
     """
-    new = self._stacks.new_frames(step[1])
-    cell = [np.array(frame_blobs.encode(step[0][None], [new],
-                                        codec=self._codec),
-                     object)]
+    cell = [np.array(self._encode(step[0], step[1]), object)]
     return self._before + [cell] if first else [cell]
+
+  def _encode_zlib(self, row: np.ndarray, frames: np.ndarray) -> bytes:
+    """A step's cell in zlib (`ZstdCells.encode` for zstd)."""
+    return frame_blobs.encode(row[None], [self._stacks.new_frames(frames)],
+                              codec=self._codec)
 
   def reset(self) -> None:
     """The next step starts a stream: a whole stack after empty cells."""

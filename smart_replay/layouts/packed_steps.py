@@ -95,7 +95,7 @@ class StepCodec:
     self._slots = slots
     self._fields_bytes = offset
     self._bytes_per_step = offset + (IDS_BYTES if ids else 0)
-    self._ids_zeros = np.zeros([IDS_BYTES], np.uint8)
+    self._ids_zeros = bytes(IDS_BYTES)
     self._dtypes = tuple(s.dtype for s in slots)
     self._first_rank = len(slots[0].shape) if slots else 0
 
@@ -155,11 +155,11 @@ class StepCodec:
       if self.ids:
         parts.append(np.zeros(lead + (IDS_BYTES,), np.uint8))
       row = np.concatenate(parts, axis=-1)
-    else:
-      parts = [v.reshape(-1).view(np.uint8) for v in flat_step]
+    else:  # Bytes joined: 2.6 us a step of 5 scalars, np.concatenate 10.
+      parts = [v.tobytes() for v in flat_step]
       if self.ids:
         parts.append(self._ids_zeros)
-      row = np.concatenate(parts)
+      row = np.frombuffer(bytearray(b''.join(parts)), np.uint8)
     if row.shape[-1] != self._bytes_per_step:
       self._refuse(flat_step)
     return row

@@ -1,8 +1,9 @@
-"""Builds the pixel ops (`zstd_ops.cc`, `stack_ops.cc`) into `_zstd_ops.so`.
+"""Builds the pixel ops (`zstd_ops.cc`, `stack_ops.cc`, `cell_encoder.cc`)
+into `_zstd_ops.so`.
 
 One library holds the ops a frame-stacked buffer reads and writes with: zstd
-compression (`zstd_ops.cc`, with zstd itself) and the frame-stack gather
-(`stack_ops.cc`). Only a C++ compiler is needed: zstd is compiled from the
+compression (`zstd_ops.cc`, with zstd itself), the frame-stack gather
+(`stack_ops.cc`) and the writers' one-call frame cell (`cell_encoder.cc`). Only a C++ compiler is needed: zstd is compiled from the
 source the `zstandard` distribution carries (`zstd_source`), so no system
 zstd is used. `build(output)` compiles zstd's `zstd.c` (as C) and the op
 sources (with TensorFlow's own flags, `tf.sysconfig`) at once, links them
@@ -47,7 +48,7 @@ from smart_replay import errors
 from smart_replay.ops import zstd_source
 
 # The op sources, compiled and linked into one library.
-SOURCE_NAMES = ('zstd_ops.cc', 'stack_ops.cc')
+SOURCE_NAMES = ('zstd_ops.cc', 'stack_ops.cc', 'cell_encoder.cc')
 LIBRARY_NAME = '_zstd_ops.so'
 KEY_SUFFIX = '.key'
 CACHE_ENV = 'SMART_REPLAY_CACHE_DIR'

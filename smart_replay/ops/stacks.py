@@ -82,6 +82,6 @@ def split(stacked: np.ndarray, *, frame_rank: int) -> np.ndarray:
   batch, frame_shape = shape[:-1 - frame_rank], shape[-1 - frame_rank:-1]
   frames = np.empty(batch + shape[-1:] + frame_shape, np.uint8)
   zstd.c_library().smart_replay_split_stacks(
-      stacked.ctypes.data, math.prod(batch), shape[-1],
-      math.prod(frame_shape), frames.ctypes.data)
+      zstd.address(stacked), math.prod(batch), shape[-1],
+      math.prod(frame_shape), zstd.address(frames))
   return frames
