@@ -11,7 +11,6 @@ a buffer of its own.
 """
 
 import ctypes
-from typing import Any
 
 import numpy as np
 
@@ -48,7 +47,7 @@ class ZstdCells:
     self._stack_bytes = depth * frame_bytes
     # The previous step's frames (`encode` compares and replaces them).
     self._previous = np.zeros(max(self._stack_bytes, 1), np.uint8)
-    self._previous_address = zstd.address(self._previous)
+    self._previous_address = self._previous.ctypes.data
     self._has_previous = 0
     self._capacity = self._library.smart_replay_zstd_compress_bound(
         3 + row_bytes + self._stack_bytes)
@@ -77,11 +76,11 @@ class ZstdCells:
           f'of {self._stack_bytes} bytes ({self._depth} frames); got '
           f'{row.dtype}{list(row.shape)} and {frames.dtype}'
           f'{list(frames.shape)}')
-    row = np.ascontiguousarray(row)
-    frames = np.ascontiguousarray(frames)
+    # The inputs go as bytes copies (about 1 us an Atari stack; see
+    # `stacks.split`).
     size = self._library.smart_replay_encode_cell(
-        zstd.address(frames), self._previous_address, self._has_previous,
-        self._depth, self._frame_bytes, zstd.address(row), self._row_bytes,
+        frames.tobytes(), self._previous_address, self._has_previous,
+        self._depth, self._frame_bytes, row.tobytes(), self._row_bytes,
         self._level, self._out, self._capacity)
     if size < 0:
       raise ValueError(f'zstd could not compress a cell at level '

@@ -56,8 +56,8 @@ def split(stacked: np.ndarray, *, frame_rank: int) -> np.ndarray:
   stack.
 
   Args:
-    stacked: `uint8[..., *frame_shape, depth]`, the frames on the last axis
-      (a C-contiguous array is not copied first).
+    stacked: `uint8[..., *frame_shape, depth]`, the frames on the last
+      axis.
     frame_rank: the rank of a frame (2 for `[84, 84]`); the dimensions
       before the frame's are batch dimensions.
 
@@ -70,7 +70,6 @@ def split(stacked: np.ndarray, *, frame_rank: int) -> np.ndarray:
     ZstdOpMissingError: the op library is not built.
   """
   # Cheap checks only: the writers call this once a step.
-  stacked = np.ascontiguousarray(stacked)
   if (stacked.dtype != np.uint8 or isinstance(frame_rank, bool) or
       not isinstance(frame_rank, int) or frame_rank < 1 or
       stacked.ndim < frame_rank + 1):
@@ -81,7 +80,11 @@ def split(stacked: np.ndarray, *, frame_rank: int) -> np.ndarray:
   shape = stacked.shape
   batch, frame_shape = shape[:-1 - frame_rank], shape[-1 - frame_rank:-1]
   frames = np.empty(batch + shape[-1:] + frame_shape, np.uint8)
+  # The input goes as a bytes copy (about 1 us an Atari stack, C order
+  # whatever its strides). Exporting arrays' buffers to ctypes instead (2 us
+  # faster than `.ctypes.data`) leaves about 110 B of buffer info on each:
+  # 15% more memory a stored Atari step, measured (2026-11-28).
   zstd.c_library().smart_replay_split_stacks(
-      zstd.address(stacked), math.prod(batch), shape[-1],
-      math.prod(frame_shape), zstd.address(frames))
+      stacked.tobytes(), math.prod(batch), shape[-1],
+      math.prod(frame_shape), frames.ctypes.data)
   return frames

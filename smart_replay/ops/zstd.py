@@ -199,34 +199,15 @@ def c_library() -> ctypes.CDLL:
     library.smart_replay_zstd_compress_bound.argtypes = [ctypes.c_size_t]
     library.smart_replay_split_stacks.restype = None
     library.smart_replay_split_stacks.argtypes = [
-        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
         ctypes.c_void_p]
     library.smart_replay_encode_cell.restype = ctypes.c_int64
     library.smart_replay_encode_cell.argtypes = [
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
-        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64,
+        ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int,
         ctypes.c_void_p, ctypes.c_size_t]
     _library = library
   return _library
-
-
-def address(array: Any) -> int:
-  """The address of a C-contiguous numpy array's data, for the C functions.
-
-  Through ctypes' buffer export (about 0.5 us) where the array is writable,
-  else `array.ctypes.data` (about 3 us). The caller keeps `array` alive for
-  as long as the address is used.
-
-  Args:
-    array: a C-contiguous numpy array.
-
-  Returns:
-    The address of its first byte.
-  """
-  try:
-    return ctypes.addressof(ctypes.c_char.from_buffer(array))
-  except (TypeError, ValueError):  # Read-only, or empty.
-    return array.ctypes.data
 
 
 def compress(data: bytes, *, level: int = DEFAULT_LEVEL) -> bytes:
