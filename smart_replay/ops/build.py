@@ -3,9 +3,10 @@ into `_zstd_ops.so`.
 
 One library holds the ops a frame-stacked buffer reads and writes with: zstd
 compression (`zstd_ops.cc`, with zstd itself), the frame-stack gather
-(`stack_ops.cc`) and the writers' one-call frame cell (`cell_encoder.cc`). Only a C++ compiler is needed: zstd is compiled from the
-source the `zstandard` distribution carries (`zstd_source`), so no system
-zstd is used. `build(output)` compiles zstd's `zstd.c` (as C) and the op
+(`stack_ops.cc`) and the writers' one-call frame cell (`cell_encoder.cc`).
+Only a C++ compiler is needed: zstd is compiled from the source the
+`zstandard` distribution carries (`zstd_source`), so no system zstd is
+used. `build(output)` compiles zstd's `zstd.c` (as C) and the op
 sources (with TensorFlow's own flags, `tf.sysconfig`) at once, links them
 with zstd's symbols hidden, and renames the library into place, so a process
 loading it never sees half a file. Beside it, `<library>.key` records what it
