@@ -8,6 +8,7 @@ waits `retry_s` before the next try, and remembers since when and why
 checkpoints fail, for the status line.
 """
 
+import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
@@ -15,6 +16,7 @@ from absl import logging
 from smart_replay import errors
 from smart_replay.storage import files as checkpoint_files
 from smart_replay.storage import checkpoint_folders
+from smart_replay.storage import manifest as manifest_lib
 from smart_replay.utils import checks
 
 Counts = Tuple[int, int]  # (inserts, samples) over all tables.
@@ -34,17 +36,25 @@ def total_counts(stats: Dict[str, Any]) -> Counts:
 
 
 def saved_counts(path: str) -> Counts:
-  """Sums the insert and sample counters the checkpoint at `path` holds.
+  """Sums the insert and sample counters of the buffer's tables the
+  checkpoint at `path` holds.
 
-  The live counters may already be ahead: clients write meanwhile.
+  Only the tables its manifest configures count (as `total_counts` sums
+  `stats()['tables']`): a table served beside them, such as the policy
+  variables (`config.variables`), is not part of the buffer. The live
+  counters may already be ahead: clients write meanwhile.
 
   Args:
-    path: a checkpoint folder.
+    path: a checkpoint folder (with its manifest).
 
   Returns:
-    `(inserts, samples)` over all tables.
+    `(inserts, samples)` over the buffer's tables.
   """
-  counters = checkpoint_files.read_table_counters(path).values()
+  names = {t['name'] for t in manifest_lib.read(
+      os.path.join(path, manifest_lib.MANIFEST_NAME))['tables']}
+  counters = [c for name, c in
+              checkpoint_files.read_table_counters(path).items()
+              if name in names]
   return (sum(c['inserts'] for c in counters),
           sum(c['samples'] for c in counters))
 

@@ -106,3 +106,27 @@ def test_a_failed_attempt_is_logged_and_retried_later():
 def test_bad_settings_are_named(kwargs, match):
   with pytest.raises(ValueError, match=match):
     _schedule(**kwargs)
+
+
+def test_saved_counts_are_the_buffer_tables_of_the_manifest(make_manager,
+                                                            env):
+  # A table served beside the buffer's (the policy variables) is in the
+  # checkpoint's tables.tfrecord but not in its manifest's tables: it does
+  # not count, as `total_counts` does not count it either.
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  manager = make_manager()
+  _, observer = manager.create_replay_buffer()
+  testing.run_actor(observer, 20, env=env)
+  observer.flush()
+  path = manager.checkpoint()
+  live = schedule_lib.total_counts(manager.stats())
+  assert live[0] > 0 and schedule_lib.saved_counts(path) == live
+  manifest_path = os.path.join(path, 'manifest.json')
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  manifest['tables'] = []  # As if its one table were served beside them.
+  with open(manifest_path, 'w') as f:
+    json.dump(manifest, f)
+  assert schedule_lib.saved_counts(path) == (0, 0)
